@@ -1,0 +1,410 @@
+"""``jitbench model``: analytic and simulated wasted GPU-hours and goodput vs world size.
+
+The CLI calls :func:`model_main`; everything here is a plain function so it
+can be tested and reused without the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from jitbench.reports.model import (
+    SECONDS_PER_HOUR,
+    STRATEGIES,
+    Crossover,
+    ModelParams,
+    estimate,
+    find_crossovers,
+)
+from jitbench.reports.simulate import SimConfig, simulate
+
+PLOT_MIN_GPUS = 8
+PLOT_MAX_GPUS = 100_000
+CROSSOVER_PAIRS: tuple[tuple[str, str], ...] = (
+    ("jit", "periodic"),
+    ("jit", "periodic-async"),
+    ("jit-transparent", "periodic"),
+    ("jit-transparent", "periodic-async"),
+)
+
+RESULT_COLUMNS: dict[str, str] = {
+    "step_time_s": "step_s",
+    "save_s": "save_s",
+    "restore_s": "restore_s",
+    "restart_s": "restart_s",
+    "detect_s": "detect_s",
+    "checkpoint_s": "checkpoint_s",
+}
+"""Records column -> :class:`ModelParams` field taken from ``--from-results``."""
+
+_PREFERRED_ROWS: dict[str, tuple[str, ...]] = {
+    # column: strategy prefixes whose rows are used when they hold a value
+    "step_time_s": ("none",),  # fault-free step time without checkpointing
+    "save_s": ("jit",),  # the JIT save, not a final periodic one
+    "checkpoint_s": ("periodic:",),  # synchronous periodic runs
+}
+
+
+class InputError(ValueError):
+    """Bad user input; the message is one line for stderr."""
+
+
+def load_params_from_results(path: Path) -> tuple[dict[str, float], dict[str, Any]]:
+    """Median model parameters from a records table (CSV or Parquet, one row per run).
+
+    For each column of :data:`RESULT_COLUMNS` present, the median over rows
+    where it is a finite number (NaN-tolerant). Where a ``strategy`` column
+    exists, ``step_time_s`` prefers ``none`` rows, ``save_s`` prefers ``jit*``
+    rows and ``checkpoint_s`` prefers ``periodic:*`` rows, falling back to all
+    rows. Returns ``(overrides, info)``; ``info`` holds the row count and the
+    median ``world_size`` (informational). Raises :class:`InputError` on a
+    missing/unreadable file, no usable column, or a negative (or zero step)
+    value.
+    """
+    if not path.is_file():
+        raise InputError(f"--from-results: no such file: {path}")
+    suffix = path.suffix.lower()
+    try:
+        if suffix in (".parquet", ".pq"):
+            df = pd.read_parquet(path)
+        elif suffix in (".csv", ".txt"):
+            df = pd.read_csv(path)
+        else:
+            raise InputError(f"--from-results: {path}: expected a .csv or .parquet file")
+    except InputError:
+        raise
+    except Exception as exc:  # pandas/pyarrow raise many types for bad files
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"--from-results: cannot read {path}: {first}") from None
+    strategy = df["strategy"].astype(str) if "strategy" in df.columns else None
+    overrides: dict[str, float] = {}
+    for column, param in RESULT_COLUMNS.items():
+        if column not in df.columns:
+            continue
+        values = pd.to_numeric(df[column], errors="coerce")
+        values = values[np.isfinite(values)]
+        prefixes = _PREFERRED_ROWS.get(column)
+        if strategy is not None and prefixes:
+            preferred = values[strategy.loc[values.index].str.startswith(prefixes)]
+            if len(preferred):
+                values = preferred
+        if not len(values):
+            continue
+        value = float(values.median())
+        if value < 0 or (param == "step_s" and value <= 0):
+            raise InputError(f"--from-results: {path}: median {column} is {value}, must be "
+                             f"{'> 0' if param == 'step_s' else '>= 0'}")
+        overrides[param] = value
+    if not overrides:
+        raise InputError(f"--from-results: {path} has no usable column (need a number in one "
+                         f"of: {', '.join(RESULT_COLUMNS)})")
+    info: dict[str, Any] = {"path": str(path), "rows": len(df)}
+    if "world_size" in df.columns:
+        ws = pd.to_numeric(df["world_size"], errors="coerce").dropna()
+        if len(ws):
+            info["world_size_median"] = float(ws.median())
+    return overrides, info
+
+
+def _fmt_interval(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    if seconds >= 2 * SECONDS_PER_HOUR:
+        return f"{seconds / SECONDS_PER_HOUR:.1f} h"
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
+
+
+def _fmt_hours(x: float) -> str:
+    if abs(x) >= 1e6:
+        return f"{x / 1e6:.2f}M"
+    if abs(x) >= 1e4:
+        return f"{x / 1e3:.1f}k"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.2f}"
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-safe copy: non-finite floats -> None, numpy scalars -> Python."""
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def build_rows(gpus: Sequence[int], params: ModelParams, horizon_hours: float, trials: int,
+               seed: int, weibull_shape: float | None = None) -> list[dict[str, Any]]:
+    """One row per (world size, strategy): analytic and simulated wasted
+    GPU-hours per day and goodput (simulated: mean and p5/p50/p95 over
+    ``trials``), checkpoint interval (s), failures per day."""
+    rows: list[dict[str, Any]] = []
+    for n in gpus:
+        sim = simulate(params, SimConfig(n_gpus=n, horizon_hours=horizon_hours, trials=trials,
+                                         seed=seed, weibull_shape=weibull_shape))
+        for s in STRATEGIES:
+            a = estimate(s, n, params)
+            r = sim[s]
+            rows.append({
+                "n_gpus": n,
+                "strategy": s,
+                "interval_s": a.interval_s,
+                "failures_per_day": a.failures_per_day,
+                "analytic_wasted_gpu_hours_per_day": a.wasted_gpu_hours_per_day,
+                "analytic_goodput": a.goodput,
+                "sim_wasted_gpu_hours_per_day_mean": r.wasted_gpu_hours_per_day.mean,
+                "sim_wasted_gpu_hours_per_day_p5": r.wasted_gpu_hours_per_day.p5,
+                "sim_wasted_gpu_hours_per_day_p50": r.wasted_gpu_hours_per_day.p50,
+                "sim_wasted_gpu_hours_per_day_p95": r.wasted_gpu_hours_per_day.p95,
+                "sim_goodput_mean": r.goodput.mean,
+                "sim_goodput_p5": r.goodput.p5,
+                "sim_goodput_p50": r.goodput.p50,
+                "sim_goodput_p95": r.goodput.p95,
+                "sim_failures_per_trial": r.failures_mean,
+                "sim_jit_fallbacks_per_trial": r.jit_fallbacks_mean if s.startswith("jit") else None,
+            })
+    return rows
+
+
+def crossovers(params: ModelParams, gpus: Sequence[int],
+               rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Analytic crossover world sizes (exact integer N, over 1..max(100000, N))
+    and simulated ones (bracketed by consecutive table world sizes) for each
+    pair in :data:`CROSSOVER_PAIRS`."""
+    hi = max(PLOT_MAX_GPUS, max(gpus))
+    analytic: list[Crossover] = []
+    for a, b in CROSSOVER_PAIRS:
+        analytic.extend(find_crossovers(params, a, b, 1, hi))
+    simulated: list[dict[str, Any]] = []
+    mean = {(r["n_gpus"], r["strategy"]): r["sim_wasted_gpu_hours_per_day_mean"] for r in rows}
+    ns = sorted(set(gpus))
+    for a, b in CROSSOVER_PAIRS:
+        for n0, n1 in zip(ns, ns[1:], strict=False):
+            d0 = mean[(n0, a)] - mean[(n0, b)]
+            d1 = mean[(n1, a)] - mean[(n1, b)]
+            if d0 != 0 and d1 != 0 and (d0 < 0) != (d1 < 0):
+                below, above = (a, b) if d0 < 0 else (b, a)
+                simulated.append({"a": a, "b": b, "between_gpus": [n0, n1],
+                                  "below": below, "above": above})
+    return {"analytic": [asdict(c) for c in analytic], "simulated": simulated}
+
+
+def write_plot(path: Path, params: ModelParams, gpus: Sequence[int],
+               rows: list[dict[str, Any]]) -> None:
+    """PNG of wasted GPU-hours/day and goodput vs world size (log x): analytic
+    curves over 8..100000 GPUs (wider if the table is), simulated means with
+    p5-p95 bars at the table's world sizes."""
+    from matplotlib.figure import Figure  # no pyplot: no global backend state
+
+    lo = min(PLOT_MIN_GPUS, min(gpus))
+    hi = max(PLOT_MAX_GPUS, max(gpus))
+    grid = np.unique(np.round(np.geomspace(lo, hi, 160)).astype(int))
+    fig = Figure(figsize=(11, 4.5), layout="constrained")
+    ax_w, ax_g = fig.subplots(1, 2)
+    colors = dict(zip(STRATEGIES, ("tab:green", "tab:blue", "tab:red", "tab:orange"),
+                      strict=True))
+    for s in STRATEGIES:
+        est = [estimate(s, int(n), params) for n in grid]
+        ax_w.plot(grid, [e.wasted_gpu_hours_per_day for e in est], color=colors[s],
+                  label=f"{s} (analytic)")
+        ax_g.plot(grid, [e.goodput for e in est], color=colors[s], label=f"{s} (analytic)")
+        sr = [r for r in rows if r["strategy"] == s]
+        x = np.array([r["n_gpus"] for r in sr], dtype=float)
+        for ax, key in ((ax_w, "sim_wasted_gpu_hours_per_day"), (ax_g, "sim_goodput")):
+            mid = np.array([r[f"{key}_mean"] for r in sr])
+            err = np.vstack([mid - np.array([r[f"{key}_p5"] for r in sr]),
+                             np.array([r[f"{key}_p95"] for r in sr]) - mid]).clip(min=0)
+            ax.errorbar(x, mid, yerr=err, fmt="o", ms=4, capsize=3, color=colors[s],
+                        label=f"{s} (simulated, p5-p95)")
+    ax_w.set(xscale="log", yscale="log", xlabel="world size N (GPUs)",
+             ylabel="wasted GPU-hours per day", title="Wasted GPU time (lines: analytic model)")
+    ax_g.set(xscale="log", xlabel="world size N (GPUs)", ylabel="goodput (useful / total GPU time)",
+             title="Goodput", ylim=(0, 1.02))
+    for ax in (ax_w, ax_g):
+        ax.grid(True, which="both", alpha=0.3)
+    ax_g.legend(fontsize=7, loc="lower left")
+    fig.suptitle(f"MTBF {params.mtbf_hours_per_gpu:,.0f} h/GPU, step {params.step_s:g} s, "
+                 f"checkpoint {params.checkpoint_s:g} s, restart {params.restart_s:g} s, "
+                 f"detect {params.detect_s:g} s, save {params.save_s:g} s, "
+                 f"restore {params.restore_s:g} s", fontsize=9)
+    fig.savefig(path, dpi=120)
+
+
+def _print_table(rows: list[dict[str, Any]], cross: dict[str, list[dict[str, Any]]],
+                 params: ModelParams, sources: dict[str, str], horizon_hours: float,
+                 trials: int, seed: int) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(file=sys.stdout)
+    if not console.is_terminal:  # files/pipes: do not squeeze the table into 80 columns
+        console = Console(file=sys.stdout, width=150)
+    table = Table(
+        title="Wasted GPU-hours per day and goodput per world size: analytic model | simulation",
+        caption=escape(f"simulated: mean and [p5, p95] over {trials} trials x {horizon_hours:g} h, "
+                 f"seed {seed}. periodic runs at its Young/Daly optimum; the jit interval is its "
+                 "fallback checkpoint. The model is first order: it overstates waste when "
+                 "failures are not rare against recovery and checkpoint intervals."),
+    )
+    for name in ("GPUs", "strategy", "interval", "fail/day", "waste model", "waste sim",
+                 "sim [p5, p95]", "goodput model", "goodput sim", "sim [p5, p95] "):
+        table.add_column(escape(name), justify="left" if name == "strategy" else "right")
+    prev = None
+    for r in rows:
+        if prev is not None and r["n_gpus"] != prev:
+            table.add_section()
+        prev = r["n_gpus"]
+        table.add_row(*map(escape, (
+            f"{r['n_gpus']:,}", r["strategy"], _fmt_interval(r["interval_s"]),
+            f"{r['failures_per_day']:.3g}",
+            _fmt_hours(r["analytic_wasted_gpu_hours_per_day"]),
+            _fmt_hours(r["sim_wasted_gpu_hours_per_day_mean"]),
+            f"[{_fmt_hours(r['sim_wasted_gpu_hours_per_day_p5'])}, "
+            f"{_fmt_hours(r['sim_wasted_gpu_hours_per_day_p95'])}]",
+            f"{100 * r['analytic_goodput']:.2f}%",
+            f"{100 * r['sim_goodput_mean']:.2f}%",
+            f"[{100 * r['sim_goodput_p5']:.2f}, {100 * r['sim_goodput_p95']:.2f}]",
+        )))
+    console.print(table)
+    if cross["analytic"]:
+        for c in cross["analytic"]:
+            console.print(f"analytic crossover {c['a']} vs {c['b']}: {c['below']} wastes less "
+                          f"below N = {c['n_gpus']:,} GPUs, {c['above']} from there on")
+    else:
+        console.print("analytic crossovers: none in range")
+    for c in cross["simulated"]:
+        lo, hi = c["between_gpus"]
+        console.print(f"simulated crossover {c['a']} vs {c['b']}: between N = {lo:,} and "
+                      f"{hi:,} ({c['below']} below, {c['above']} above)")
+    measured = [k for k, v in sources.items() if v != "flag"]
+    if measured:
+        console.print("from results: " + ", ".join(f"{k} = {getattr(params, k):.4g}"
+                                                    for k in measured))
+
+
+def model_main(
+    gpus: list[int],
+    mtbf_hours_per_gpu: float,
+    step_s: float,
+    checkpoint_s: float,
+    restart_s: float,
+    detect_s: float,
+    save_s: float,
+    restore_s: float,
+    from_results: Path | None,
+    horizon_hours: float,
+    trials: int,
+    seed: int,
+    as_json: bool,
+    out_dir: Path | None,
+    *,
+    async_stall_fraction: float = 0.1,
+    jit_overhead_fraction: float = 0.0,
+    fallback_interval_hours: float = 6.0,
+    gpus_per_host: int = 8,
+    replicas_per_shard: int | None = None,
+    weibull_shape: float | None = None,
+) -> int:
+    """Print wasted GPU-hours per day and goodput of jit, jit-transparent,
+    periodic (Young/Daly optimum) and periodic-async for each world size in
+    ``gpus``, analytic and simulated side by side, and their crossovers.
+
+    Durations in seconds, ``mtbf_hours_per_gpu`` and ``horizon_hours`` in
+    hours. ``from_results`` (CSV/Parquet records) overrides the step, save,
+    restore, restart, detect and checkpoint costs with its medians (see
+    :func:`load_params_from_results`). ``as_json``: one JSON object on stdout
+    instead of the table. ``out_dir``: also write ``model.csv`` and
+    ``model.png`` there. Returns 0, or 2 on bad input (one line on stderr).
+    """
+    try:
+        if not gpus:
+            raise InputError("--gpus: give at least one world size")
+        bad = [g for g in gpus if int(g) != g or g < 1]
+        if bad:
+            raise InputError(f"--gpus: world sizes must be integers >= 1 (got {bad[0]})")
+        ns = sorted({int(g) for g in gpus})
+        if trials < 1:
+            raise InputError(f"--trials must be >= 1 (got {trials})")
+        if seed < 0:
+            raise InputError(f"--seed must be >= 0 (got {seed})")
+        if not (math.isfinite(horizon_hours) and horizon_hours > 0):
+            raise InputError(f"--horizon-hours must be > 0 (got {horizon_hours})")
+        if weibull_shape is not None and not weibull_shape > 0:
+            raise InputError(f"weibull shape must be > 0 (got {weibull_shape})")
+        params = ModelParams(
+            mtbf_hours_per_gpu=float(mtbf_hours_per_gpu), step_s=float(step_s),
+            checkpoint_s=float(checkpoint_s), restart_s=float(restart_s),
+            detect_s=float(detect_s), save_s=float(save_s), restore_s=float(restore_s),
+            async_stall_fraction=float(async_stall_fraction),
+            jit_overhead_fraction=float(jit_overhead_fraction),
+            fallback_interval_s=float(fallback_interval_hours) * SECONDS_PER_HOUR,
+            gpus_per_host=gpus_per_host, replicas_per_shard=replicas_per_shard,
+        )
+        sources = {k: "flag" for k in RESULT_COLUMNS.values()}
+        results_info: dict[str, Any] | None = None
+        if from_results is not None:
+            overrides, results_info = load_params_from_results(Path(from_results))
+            params = replace(params, **overrides)
+            sources.update({k: "results" for k in overrides})
+        try:
+            params.validate()
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        if out_dir is not None:
+            out_dir = Path(out_dir)
+            if out_dir.exists() and not out_dir.is_dir():
+                raise InputError(f"--out: {out_dir} exists and is not a directory")
+            try:
+                out_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise InputError(f"--out: cannot create {out_dir}: {exc.strerror}") from None
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    rows = build_rows(ns, params, horizon_hours, trials, seed, weibull_shape)
+    cross = crossovers(params, ns, rows)
+    files: dict[str, str] = {}
+    if out_dir is not None:
+        csv_path, png_path = out_dir / "model.csv", out_dir / "model.png"
+        try:
+            pd.DataFrame(rows).to_csv(csv_path, index=False)
+            write_plot(png_path, params, ns, rows)
+        except OSError as exc:
+            print(f"error: --out: cannot write to {out_dir}: {exc.strerror}", file=sys.stderr)
+            return 2
+        files = {"csv": str(csv_path), "png": str(png_path)}
+
+    if as_json:
+        param_dict = {k: v for k, v in asdict(params).items() if k != "causes"}
+        obj = {
+            "params": param_dict,
+            "sources": sources,
+            "from_results": results_info,
+            "simulation": {"horizon_hours": horizon_hours, "trials": trials, "seed": seed,
+                           "inter_arrival": "exponential" if weibull_shape is None
+                           else f"weibull(shape={weibull_shape:g})"},
+            "rows": rows,
+            "crossovers": cross,
+            "files": files,
+        }
+        print(json.dumps(_clean(obj), allow_nan=False))
+    else:
+        _print_table(rows, cross, params, sources, horizon_hours, trials, seed)
+        for kind, path in files.items():
+            print(f"wrote {kind}: {path}")
+    return 0
