@@ -1,0 +1,146 @@
+"""Run specs: everything that determines a run, validated up front.
+
+A :class:`RunSpec` is written to ``<run_dir>/spec.json`` before launch and
+read back by every worker, so a run is reproducible from its spec.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from jitbench.faults import FAULTS, FaultSpec
+from jitbench.runtime.jit import RuntimeConfig
+from jitbench.workloads import WORKLOADS, WorkloadConfig
+
+SPEC_VERSION = 1
+BACKENDS = ("gloo", "nccl")
+
+
+class SpecError(ValueError):
+    """The spec is invalid; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A checkpointing strategy parsed from its CLI form."""
+
+    name: str
+    """``jit``, ``periodic`` or ``none``."""
+    interval: int = 0
+    """Steps between periodic checkpoints."""
+
+    @classmethod
+    def parse(cls, text: str) -> Strategy:
+        """Parse ``jit``, ``none`` or ``periodic:N``.
+
+        Raises:
+            SpecError: anything else.
+        """
+        t = text.strip().lower()
+        if t in ("jit", "none"):
+            return cls(t)
+        m = re.fullmatch(r"periodic:(\d+)", t)
+        if m and int(m[1]) >= 1:
+            return cls("periodic", int(m[1]))
+        raise SpecError(f"unknown strategy {text!r}; use jit, none or periodic:N (N >= 1)")
+
+    def __str__(self) -> str:
+        return f"periodic:{self.interval}" if self.name == "periodic" else self.name
+
+
+@dataclass
+class RunSpec:
+    """One run: workload, strategy, fault plan, world size and detection settings."""
+
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    strategy: str = "jit"
+    """``jit``, ``none`` or ``periodic:N``."""
+    faults: list[FaultSpec] = field(default_factory=list)
+    nproc: int = 2
+    """Ranks per node (world size on one node)."""
+    backend: str = "gloo"
+    """``gloo`` (CPU) or ``nccl`` (one GPU per rank)."""
+    max_restarts: int = 3
+    """Elastic agent's restart budget (restarts of the whole worker group)."""
+    deterministic_reduce: bool = True
+    """Average gradients with the rank-ordered all-gather hook (bitwise across restarts)."""
+    hang_floor_s: float = 2.0
+    hang_factor: float = 10.0
+    hang_first_s: float = 30.0
+    pg_timeout_s: float = 300.0
+    """Process-group timeout (s); generous: it also bounds connection set-up."""
+    threads_per_rank: int = 1
+    """torch intra-op threads per rank."""
+    save_final_state: bool = True
+    """Rank 0 writes the final model+optimizer state (for ``state_equal``)."""
+    version: int = SPEC_VERSION
+
+    @property
+    def steps(self) -> int:
+        return self.workload.steps
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc
+
+    def runtime_config(self, ckpt_dir: str) -> RuntimeConfig:
+        """The runtime settings of this spec."""
+        st = Strategy.parse(self.strategy)
+        return RuntimeConfig(strategy=st.name, interval=st.interval, ckpt_dir=ckpt_dir,
+                             hang_floor_s=self.hang_floor_s, hang_factor=self.hang_factor,
+                             hang_first_s=self.hang_first_s)
+
+    def validate(self) -> None:
+        """Check every field.
+
+        Raises:
+            SpecError: the first problem found, as one line.
+        """
+        if self.workload.name not in WORKLOADS:
+            raise SpecError(f"unknown workload {self.workload.name!r}; one of "
+                            f"{', '.join(WORKLOADS)}")
+        Strategy.parse(self.strategy)
+        if self.backend not in BACKENDS:
+            raise SpecError(f"unknown backend {self.backend!r}; one of {', '.join(BACKENDS)}")
+        if self.nproc < 1:
+            raise SpecError(f"--nproc must be >= 1, got {self.nproc}")
+        if self.workload.steps < 1:
+            raise SpecError(f"--steps must be >= 1, got {self.workload.steps}")
+        if self.workload.batch_size < 1 or self.workload.grad_accum < 1:
+            raise SpecError("batch size and gradient accumulation must be >= 1")
+        if self.max_restarts < 0:
+            raise SpecError(f"--max-restarts must be >= 0, got {self.max_restarts}")
+        for f in self.faults:
+            if f.kind not in FAULTS:
+                raise SpecError(f"unknown fault {f.kind!r}; one of {', '.join(sorted(FAULTS))}")
+            if not 0 <= f.rank < self.nproc:
+                raise SpecError(f"fault rank {f.rank} is outside the world of {self.nproc} "
+                                f"ranks (0..{self.nproc - 1})")
+            if not 1 <= f.step < self.workload.steps:
+                raise SpecError(f"fault step {f.step} must be in 1..{self.workload.steps - 1} "
+                                f"(the run has {self.workload.steps} steps)")
+        if self.faults and self.nproc < 2:
+            raise SpecError("a fault needs at least 2 ranks (a survivor to save)")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunSpec:
+        d = dict(d)
+        d["workload"] = WorkloadConfig(**d.get("workload", {}))
+        d["faults"] = [FaultSpec(**f) for f in d.get("faults", [])]
+        return cls(**d)
+
+    @classmethod
+    def load(cls, path: str | Path) -> RunSpec:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def without_faults(self) -> RunSpec:
+        """The same spec, fault-free (the reference run)."""
+        d = asdict(self)
+        d["faults"] = []
+        return RunSpec.from_dict(d)

@@ -1,0 +1,1 @@
+"""jitbench.runtime."""

@@ -1,0 +1,253 @@
+"""Checkpoint files: atomic commit, manifest, validation, retention.
+
+One checkpoint *part* is one file written by one rank; in data-parallel
+training every part is a complete copy of the replicated state (model,
+optimizer, scheduler, scaler, RNG streams, data position, step), so any one
+valid part of a step restores the whole job.
+
+Commit protocol (a part is visible only when complete):
+
+1. write ``<name>.pt.tmp`` and fsync it;
+2. rename it to ``<name>.pt`` and fsync the directory;
+3. write the manifest ``<name>.json.tmp`` (step, world size, kind, byte size,
+   SHA-256 of the file, shape and dtype of every tensor), fsync, rename to
+   ``<name>.json``, fsync the directory. The manifest's rename is the commit.
+
+Loading validates before trusting: the manifest must parse, the file size and
+SHA-256 must match, and the file is read with ``torch.load(weights_only=True)``
+(PyTorch docs, "torch.load": only tensors, primitive types and dicts are
+unpickled). Retention removes an old checkpoint only after a newer one has
+committed, and never the newest committed one.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import io
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+MANIFEST_VERSION = 1
+_PART_RE = re.compile(r"^(?P<kind>[a-z]+)_step(?P<step>\d{8})_rank(?P<rank>\d{5})\.json$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written, or a part failed validation."""
+
+
+class CheckpointWriteError(CheckpointError):
+    """Writing a checkpoint part failed (``errno`` holds the OS error, e.g. ENOSPC, EIO)."""
+
+    def __init__(self, message: str, err: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = err
+
+
+@dataclass(frozen=True)
+class Part:
+    """A committed checkpoint part on disk (not yet validated)."""
+
+    kind: str
+    """``jit`` or ``periodic``."""
+    step: int
+    """Number of optimizer steps completed in the saved state."""
+    rank: int
+    """The rank that wrote it."""
+    path: Path
+    """The ``.pt`` file."""
+    manifest_path: Path
+
+
+def part_name(kind: str, step: int, rank: int) -> str:
+    """File stem of a part, e.g. ``jit_step00000012_rank00001``."""
+    return f"{kind}_step{step:08d}_rank{rank:05d}"
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so a rename inside it is durable (POSIX rename semantics)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_durable(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise CheckpointWriteError(
+            f"writing {path.name} failed: {os.strerror(exc.errno or errno.EIO)}", exc.errno) from exc
+
+
+def tensor_layout(obj: Any, prefix: str = "") -> dict[str, list]:
+    """``{dotted.key: [shape, dtype]}`` of every tensor in a nested state dict."""
+    out: dict[str, list] = {}
+    if isinstance(obj, torch.Tensor):
+        out[prefix] = [list(obj.shape), str(obj.dtype).removeprefix("torch.")]
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            out.update(tensor_layout(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            out.update(tensor_layout(v, f"{prefix}.{i}" if prefix else str(i)))
+    return out
+
+
+def write_part(ckpt_dir: str | os.PathLike, kind: str, step: int, rank: int, world_size: int,
+               state: dict, meta: dict | None = None) -> Part:
+    """Serialise ``state`` and commit it as one checkpoint part.
+
+    Args:
+        ckpt_dir: checkpoint directory (created if missing).
+        kind: ``jit`` or ``periodic``.
+        step: optimizer steps completed in ``state``.
+        rank: the writing rank.
+        world_size: the job's world size (recorded; restore checks it).
+        state: a nested dict of tensors and primitive values.
+        meta: extra JSON-able fields for the manifest (e.g. the run's config).
+
+    Returns:
+        The committed :class:`Part`.
+
+    Raises:
+        CheckpointWriteError: the write failed (ENOSPC, EIO, ...); nothing is
+            left visible and older parts are untouched.
+    """
+    d = Path(ckpt_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    stem = part_name(kind, step, rank)
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    data = buf.getbuffer().tobytes()
+    path = d / f"{stem}.pt"
+    _write_durable(path, data)
+    manifest = {
+        "manifest_version": MANIFEST_VERSION, "kind": kind, "step": step, "rank": rank,
+        "world_size": world_size, "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(), "tensors": tensor_layout(state),
+        "meta": meta or {},
+    }
+    mpath = d / f"{stem}.json"
+    try:
+        _write_durable(mpath, json.dumps(manifest, sort_keys=True).encode())
+    except CheckpointWriteError:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        raise
+    return Part(kind, step, rank, path, mpath)
+
+
+def list_parts(ckpt_dir: str | os.PathLike) -> list[Part]:
+    """Committed parts (those with a manifest), newest step first."""
+    d = Path(ckpt_dir)
+    if not d.is_dir():
+        return []
+    parts = []
+    for m in d.iterdir():
+        mm = _PART_RE.match(m.name)
+        if mm:
+            parts.append(Part(mm["kind"], int(mm["step"]), int(mm["rank"]),
+                              m.with_suffix(".pt"), m))
+    parts.sort(key=lambda p: (-p.step, p.kind != "jit", p.rank))
+    return parts
+
+
+def validate_part(part: Part, world_size: int | None = None) -> dict:
+    """Check a part against its manifest and return the manifest.
+
+    Raises:
+        CheckpointError: unreadable manifest, size or SHA-256 mismatch, wrong
+            step, or a world size other than ``world_size``.
+    """
+    try:
+        manifest = json.loads(part.manifest_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{part.manifest_path.name}: unreadable manifest ({exc})") from exc
+    if manifest.get("step") != part.step or manifest.get("kind") != part.kind:
+        raise CheckpointError(f"{part.manifest_path.name}: manifest does not match its name")
+    if world_size is not None and manifest.get("world_size") != world_size:
+        raise CheckpointError(
+            f"{part.path.name}: written by a job of world size {manifest.get('world_size')},"
+            f" this job has {world_size}")
+    try:
+        data = part.path.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"{part.path.name}: unreadable ({exc.strerror})") from exc
+    if len(data) != manifest.get("bytes"):
+        raise CheckpointError(f"{part.path.name}: {len(data)} bytes, manifest says "
+                              f"{manifest.get('bytes')} (truncated)")
+    if hashlib.sha256(data).hexdigest() != manifest.get("sha256"):
+        raise CheckpointError(f"{part.path.name}: SHA-256 mismatch (corrupt)")
+    return manifest
+
+
+def load_part(part: Part, world_size: int | None = None) -> tuple[dict, dict]:
+    """Validate and load one part; returns ``(state, manifest)``.
+
+    Raises:
+        CheckpointError: validation failed or the file does not unpickle under
+            ``weights_only=True``.
+    """
+    manifest = validate_part(part, world_size)
+    try:
+        state = torch.load(part.path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling error means "invalid"
+        raise CheckpointError(f"{part.path.name}: does not load ({exc})") from exc
+    return state, manifest
+
+
+def newest_valid(ckpt_dir: str | os.PathLike, world_size: int | None = None,
+                 skipped: list[tuple[Part, str]] | None = None) -> tuple[Part, dict] | None:
+    """The newest committed part that validates, or None.
+
+    Invalid parts are reported through ``skipped`` as ``(part, reason)`` so
+    the caller can say it fell back.
+    """
+    for part in list_parts(ckpt_dir):
+        try:
+            return part, validate_part(part, world_size)
+        except CheckpointError as exc:
+            if skipped is not None:
+                skipped.append((part, str(exc)))
+    return None
+
+
+def prune(ckpt_dir: str | os.PathLike, keep_steps: int = 2) -> list[Part]:
+    """Remove parts of all but the ``keep_steps`` newest committed steps.
+
+    The manifest is removed first (uncommit), then the data file. Returns the
+    removed parts. Never removes a part of the newest committed step.
+    """
+    parts = list_parts(ckpt_dir)
+    steps = sorted({p.step for p in parts}, reverse=True)
+    keep = set(steps[:max(1, keep_steps)])
+    removed = []
+    for p in parts:
+        if p.step not in keep:
+            for f in (p.manifest_path, p.path):
+                try:
+                    f.unlink()
+                except FileNotFoundError:
+                    pass
+            removed.append(p)
+    return removed

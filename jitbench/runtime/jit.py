@@ -1,0 +1,571 @@
+"""The JIT checkpointing runtime, user-level API.
+
+A training script hands the runtime its state and marks its step loop::
+
+    rt = Runtime(RuntimeConfig(strategy="jit", ckpt_dir="ckpt"), events=log)
+    rt.register(model=ddp.module, optimizer=opt, scheduler=sched)
+    start = rt.restore()                    # newest valid checkpoint, or 0
+    for step in range(start + 1, steps + 1):
+        with rt.step(step):                 # everything of the step, its batch included
+            loss = compute(batch(step)); loss.backward()
+            opt.step(); opt.zero_grad(); sched.step()
+    rt.finish()
+
+Mechanism (Gupta et al., "Just-In-Time Checkpointing: Low Cost Error
+Recovery from Deep Learning Training Failures", EuroSys 2024): in data-parallel
+training every replica holds the same parameters and optimizer state, which
+change only in the optimizer step after the gradient all-reduce. When a peer
+fails, a healthy replica blocks (or errors) in the next collective while still
+holding the state of the last iteration boundary; the runtime saves that state
+*then*, exits so the elastic agent restarts the job, and on start restores the
+newest valid checkpoint, so at most one minibatch is re-executed per failure.
+
+What the runtime tracks per step (cheap: no tensor copies of parameters):
+
+- ``compute`` phase (from :meth:`Runtime.step` entry to the optimizer's
+  pre-hook): parameters and optimizer state equal the last boundary; RNG
+  streams and model buffers (BatchNorm statistics) may already have moved, so
+  their boundary values are snapshotted at every step end (a few KB).
+- ``mutating`` phase (optimizer pre-hook to step end): the state is changing;
+  no save can happen; the main thread holds the state lock.
+- ``boundary``: between steps; the live state is consistent.
+
+Failure triggers (each ends in :meth:`Runtime._fail`, which saves once and
+exits the process with :data:`EXIT_FAILURE_SAVED` or :data:`EXIT_FAILURE`):
+
+- an exception escaping the step (a collective raising because a peer died);
+- the watchdog thread: the step makes no progress within
+  ``max(hang_floor_s, hang_factor x median step time)``; the main thread is
+  blocked in the collective then, so the watchdog thread does the save;
+- SIGTERM (the elastic agent signals survivors as soon as one worker exits and
+  sends SIGKILL after a grace period, 30 s in torch 2.14's
+  ``PContext.close``): the signal is forwarded through
+  :func:`signal.set_wakeup_fd` to the watchdog thread, which saves even while
+  the main thread is blocked in C++;
+- a peer's notice through :meth:`Runtime.notify` callbacks (e.g. a fatal Xid
+  reported by a health probe), so survivors save at once.
+
+On gloo a blocked all-reduce cannot be aborted from the side (DESIGN.md,
+"Known traps"), so the saving thread ends the process itself with
+:func:`os._exit` after the checkpoint and the event log are durable.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import select
+import signal
+import statistics
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from jitbench.runtime import checkpoint as ckpt
+from jitbench.runtime.events import EventLog
+
+EXIT_FAILURE_SAVED = 75
+"""Exit status of a rank that detected a failure and committed a JIT checkpoint."""
+EXIT_FAILURE = 76
+"""Exit status of a rank that detected a failure and had nothing consistent to save."""
+
+STRATEGIES = ("jit", "periodic", "none")
+REQUIRED_KEYS = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step", "extra")
+
+
+@dataclass
+class RuntimeConfig:
+    """How the runtime checkpoints and detects failures."""
+
+    strategy: str = "jit"
+    """``jit`` (save on failure), ``periodic`` (every ``interval`` steps) or ``none``."""
+    interval: int = 0
+    """Steps between periodic checkpoints (``periodic`` only; also a safety net under ``jit`` if > 0)."""
+    ckpt_dir: str = "ckpt"
+    """Directory of checkpoint parts (shared by all ranks)."""
+    hang_floor_s: float = 2.0
+    """Lower bound of the hang-detection bound (s)."""
+    hang_factor: float = 10.0
+    """Hang bound = max(hang_floor_s, hang_factor x median step time)."""
+    hang_first_s: float = 30.0
+    """Hang bound (s) before any step time is known (first step, warm-up)."""
+    sync_bound_s: float = 120.0
+    """Hang bound (s) for checkpoint barriers and the final barrier."""
+    keep_steps: int = 2
+    """Committed checkpoint steps kept on disk (older ones pruned after a newer commits)."""
+    save_lock_timeout_s: float = 10.0
+    """How long a failure save waits for the main thread to leave the optimizer step (s)."""
+    poll_s: float = 0.05
+    """Watchdog tick (s)."""
+    writer_ranks: str = "all"
+    """Which survivors write a JIT part: ``all`` (every survivor its own copy)."""
+
+
+@dataclass
+class _Registered:
+    model: nn.Module | None = None
+    optimizer: torch.optim.Optimizer | None = None
+    scheduler: Any = None
+    scaler: Any = None
+    data_state: Callable[[int], dict] | None = None
+    extra_state: Callable[[], dict] | None = None
+    load_extra: Callable[[dict], None] | None = None
+
+
+@dataclass
+class RestoreResult:
+    """What :meth:`Runtime.restore` found and loaded."""
+
+    step: int = 0
+    """Optimizer steps completed in the restored state (0: fresh start)."""
+    kind: str | None = None
+    """``jit`` or ``periodic``; None for a fresh start."""
+    source: str | None = None
+    """File name of the part loaded."""
+    skipped: list = field(default_factory=list)
+    """``[name, reason]`` of newer parts that failed validation."""
+    data: dict = field(default_factory=dict)
+    """The data position saved with the state."""
+
+
+def capture_rng() -> dict:
+    """Every RNG stream of this process: python, numpy, torch CPU, CUDA (if initialised)."""
+    py = random.getstate()
+    npst = np.random.get_state(legacy=False)
+    state = {
+        "python": [py[0], list(py[1]), py[2]],
+        "numpy": {"bit_generator": npst["bit_generator"],
+                  "key": torch.from_numpy(npst["state"]["key"].astype(np.int64)),
+                  "pos": int(npst["state"]["pos"]), "has_gauss": int(npst["has_gauss"]),
+                  "gauss": float(npst["gauss"])},
+        "torch": torch.get_rng_state(),
+        "cuda": [],
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict) -> None:
+    """Set every RNG stream from :func:`capture_rng`'s output (no draw in between)."""
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    n = state["numpy"]
+    np.random.set_state({"bit_generator": n["bit_generator"],
+                         "state": {"key": n["key"].numpy().astype(np.uint32), "pos": n["pos"]},
+                         "has_gauss": n["has_gauss"], "gauss": n["gauss"]})
+    torch.set_rng_state(state["torch"])
+    if state.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class Runtime:
+    """Per-rank JIT checkpointing runtime (see the module docstring).
+
+    Construct it in the main thread, early (it installs a SIGTERM handler and
+    starts the watchdog thread).
+
+    Args:
+        config: checkpointing and detection settings.
+        events: the rank's event log.
+        rank: global rank (default: ``$RANK``).
+        world_size: world size (default: ``$WORLD_SIZE``).
+
+    Raises:
+        ValueError: unknown strategy, or ``periodic`` without a positive interval.
+    """
+
+    def __init__(self, config: RuntimeConfig, events: EventLog, rank: int | None = None,
+                 world_size: int | None = None) -> None:
+        if config.strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {config.strategy!r}; one of {STRATEGIES}")
+        if config.strategy == "periodic" and config.interval < 1:
+            raise ValueError("periodic checkpointing needs an interval >= 1")
+        self.config = config
+        self.events = events
+        self.rank = int(os.environ.get("RANK", 0)) if rank is None else rank
+        self.world_size = (int(os.environ.get("WORLD_SIZE", 1)) if world_size is None
+                           else world_size)
+        self.reg = _Registered()
+        self._state_lock = threading.Lock()
+        self._holds_state_lock = False
+        self._fail_lock = threading.Lock()
+        self._failing = False
+        self._save_done = threading.Event()
+        self._phase = "boundary"
+        self._step = 0  # step in progress (compute/mutating) or last completed (boundary)
+        self._completed = 0
+        self._phase_since = time.monotonic()
+        self._bound_s: float | None = None  # override for the current phase
+        self._step_times: deque[float] = deque(maxlen=50)
+        self._prior_step_s: float | None = None
+        self._snapshot: dict | None = None
+        self._stop = threading.Event()
+        self._checks: list[Callable[[], str | None]] = []
+        self._install_signals()
+        self._watchdog = threading.Thread(target=self._watch, name="jitbench-watchdog",
+                                          daemon=True)
+        self._watchdog.start()
+
+    # ------------------------------------------------------------------ setup
+    def register(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None,
+                 scaler: Any = None, data_state: Callable[[int], dict] | None = None,
+                 extra_state: Callable[[], dict] | None = None,
+                 load_extra: Callable[[dict], None] | None = None) -> None:
+        """Hand the runtime the training state.
+
+        Args:
+            model: the *unwrapped* module (``ddp.module``); its ``state_dict`` is saved.
+            optimizer: saved with all moments and step counts; its step pre-hook
+                marks the start of the ``mutating`` phase.
+            scheduler: LR scheduler (``state_dict``/``load_state_dict``), optional.
+            scaler: AMP ``GradScaler``, optional.
+            data_state: ``f(completed_steps) -> dict`` data-loader position (epoch,
+                position, micro-batch) after that many steps.
+            extra_state / load_extra: user state to save and to load back.
+        """
+        self.reg = _Registered(model, optimizer, scheduler, scaler, data_state, extra_state,
+                               load_extra)
+        optimizer.register_step_pre_hook(self._on_optimizer_step)
+        self._snapshot = self._take_snapshot()
+
+    def add_check(self, check: Callable[[], str | None]) -> None:
+        """Add a callable polled by the watchdog every tick; a returned string is
+        a failure reason (e.g. a health probe saw a fatal Xid, a peer posted a notice)."""
+        self._checks.append(check)
+
+    def _install_signals(self) -> None:
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        self._wake_r = r
+        try:
+            signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+            # A Python-level handler keeps SIGTERM from killing the process at
+            # once; the C handler also writes the signal number to the pipe,
+            # which the watchdog thread reads even while the main thread is
+            # blocked in a collective.
+            signal.signal(signal.SIGTERM, lambda *_: None)
+        except ValueError:  # not the main thread: signals stay as they are
+            pass
+
+    # ------------------------------------------------------------ step loop
+    @contextmanager
+    def step(self, step: int) -> Iterator[dict]:
+        """Mark one optimizer step; yields a dict whose items go into the step's end event.
+
+        Everything the step does (fetching its batch, forward, backward,
+        optimizer and scheduler steps) belongs inside. An exception escaping
+        the block is a failure: the runtime saves (if the state is consistent)
+        and ends the process.
+        """
+        info: dict = {}
+        self._begin(step)
+        try:
+            yield info
+        except BaseException as exc:  # noqa: BLE001 - every escape is a failure
+            trigger = "collective_error" if _is_collective_error(exc) else "exception"
+            self._fail(trigger, error=f"{type(exc).__name__}: {exc}"[:500])
+        self._end(step, info)
+
+    def _begin(self, step: int) -> None:
+        self.events.emit("step", "begin", step=step)
+        self._step = step
+        self._phase_since = time.monotonic()
+        self._phase = "compute"
+
+    def _on_optimizer_step(self, *_: Any) -> None:
+        if self._phase == "mutating":
+            return
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self._state_lock.acquire()  # blocks for good if a failure save holds it
+        self._holds_state_lock = True
+        self._phase = "mutating"
+
+    def _end(self, step: int, info: dict) -> None:
+        dur = time.monotonic() - self._phase_since
+        if self._phase != "mutating":  # no optimizer step ran: still take the lock
+            self._state_lock.acquire()
+            self._holds_state_lock = True
+        try:
+            self._snapshot = self._take_snapshot()
+            self._completed = step
+            self._step_times.append(dur)
+            self._phase = "boundary"
+            self._phase_since = time.monotonic()
+        finally:
+            self._holds_state_lock = False
+            self._state_lock.release()
+        self.events.emit("step", "end", step=step, dur_s=dur, **info)
+        if (self.config.strategy in ("periodic", "jit") and self.config.interval > 0
+                and step % self.config.interval == 0):
+            self.save_periodic(step)
+
+    def _take_snapshot(self) -> dict:
+        m = self.reg.model
+        buffers = {}
+        if m is not None:
+            for name, b in m.named_buffers():
+                buffers[name] = b.detach().clone()
+        return {"rng": capture_rng(), "buffers": buffers}
+
+    # ---------------------------------------------------------- checkpoints
+    def _state(self, step: int, snapshot: dict) -> dict:
+        r = self.reg
+        model_sd = dict(r.model.state_dict())
+        for name, b in snapshot["buffers"].items():
+            if name in model_sd:
+                model_sd[name] = b
+        return {
+            "model": model_sd,
+            "optimizer": r.optimizer.state_dict(),
+            "scheduler": r.scheduler.state_dict() if r.scheduler is not None else None,
+            "scaler": r.scaler.state_dict() if r.scaler is not None else None,
+            "rng": snapshot["rng"],
+            "data": r.data_state(step) if r.data_state else {},
+            "step": step,
+            "extra": r.extra_state() if r.extra_state else {},
+        }
+
+    def _meta(self) -> dict:
+        opt_keys = sorted({k for s in self.reg.optimizer.state.values() for k in s})
+        return {"optimizer_state_keys": opt_keys, "median_step_s": self._median_step(),
+                "config": asdict(self.config)}
+
+    def _write(self, kind: str, step: int, snapshot: dict) -> ckpt.Part:
+        t0 = time.monotonic()
+        self.events.emit("save", "begin", kind=kind, step=step, durable=True)
+        try:
+            part = ckpt.write_part(self.config.ckpt_dir, kind, step, self.rank, self.world_size,
+                                   self._state(step, snapshot), self._meta())
+        except ckpt.CheckpointWriteError as exc:
+            self.events.emit("save", "end", kind=kind, step=step, ok=False, error=str(exc),
+                             errno=exc.errno, durable=True)
+            raise
+        self.events.emit("save", "end", kind=kind, step=step, ok=True, part=part.path.name,
+                         bytes=part.path.stat().st_size, dur_s=time.monotonic() - t0,
+                         durable=True)
+        return part
+
+    def save_periodic(self, step: int) -> None:
+        """Synchronous periodic checkpoint after ``step`` (rank 0 writes; all ranks wait).
+
+        The barrier runs in the ``checkpoint`` phase, guarded by ``sync_bound_s``.
+
+        Raises:
+            CheckpointWriteError: on rank 0 when the write fails; the failure is
+                also a failure of the job (the barrier then fails on the peers).
+        """
+        self._phase, self._phase_since = "checkpoint", time.monotonic()
+        try:
+            if self.rank == 0:
+                try:
+                    self._write("periodic", step, self._snapshot)
+                    ckpt.prune(self.config.ckpt_dir, self.config.keep_steps)
+                except ckpt.CheckpointWriteError as exc:
+                    self._fail("storage_error", error=str(exc), save=False)
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                torch.distributed.barrier()
+        except BaseException as exc:  # noqa: BLE001
+            self._fail("collective_error" if _is_collective_error(exc) else "exception",
+                       error=f"{type(exc).__name__}: {exc}"[:500])
+        self._phase, self._phase_since = "boundary", time.monotonic()
+
+    def restore(self) -> RestoreResult:
+        """Load the newest valid checkpoint into the registered objects.
+
+        Rank 0 chooses the part and broadcasts its name so every rank loads the
+        same step (survivors may have saved different steps). RNG streams are
+        restored last, so nothing drawn during restore shifts them.
+
+        Returns:
+            A :class:`RestoreResult` (``step == 0``: fresh start).
+
+        Raises:
+            CheckpointError: the chosen part lacks a required key or an
+                optimizer state key (a partial or foreign checkpoint).
+        """
+        self.events.emit("restore", "begin", durable=True)
+        t0 = time.monotonic()
+        res = RestoreResult()
+        choice: list = [None, []]
+        if self.config.strategy != "none" and self.rank == 0:
+            skipped: list = []
+            found = ckpt.newest_valid(self.config.ckpt_dir, self.world_size, skipped)
+            choice = [found[0].path.name if found else None,
+                      [[p.path.name, why] for p, why in skipped]]
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.broadcast_object_list(choice, src=0)
+        name, res.skipped = choice
+        if name is not None:
+            part = next(p for p in ckpt.list_parts(self.config.ckpt_dir) if p.path.name == name)
+            state, manifest = ckpt.load_part(part, self.world_size)
+            self._apply(state, manifest)
+            res.step, res.kind, res.source, res.data = part.step, part.kind, name, state["data"]
+            self._completed = self._step = part.step
+            self._prior_step_s = manifest.get("meta", {}).get("median_step_s")
+        self._snapshot = self._take_snapshot()
+        self.events.emit("restore", "end", step=res.step, kind=res.kind, source=res.source,
+                         skipped=res.skipped, dur_s=time.monotonic() - t0, durable=True)
+        return res
+
+    def _apply(self, state: dict, manifest: dict) -> None:
+        missing = [k for k in REQUIRED_KEYS if k not in state]
+        if missing:
+            raise ckpt.CheckpointError(f"checkpoint lacks {', '.join(missing)}")
+        r = self.reg
+        want = manifest.get("meta", {}).get("optimizer_state_keys", [])
+        for idx, pstate in state["optimizer"].get("state", {}).items():
+            lack = [k for k in want if k not in pstate]
+            if lack:
+                raise ckpt.CheckpointError(
+                    f"optimizer state of parameter {idx} lacks {', '.join(lack)}")
+        r.model.load_state_dict(state["model"], strict=True)
+        r.optimizer.load_state_dict(state["optimizer"])
+        if r.scheduler is not None:
+            r.scheduler.load_state_dict(state["scheduler"])
+        if r.scaler is not None and state["scaler"] is not None:
+            r.scaler.load_state_dict(state["scaler"])
+        if r.load_extra is not None:
+            r.load_extra(state["extra"])
+        restore_rng(state["rng"])
+
+    def finish(self, final_state_path: str | None = None) -> None:
+        """End of training: optionally write the final model+optimizer state
+        (rank 0), meet at a barrier, stop the watchdog and emit ``done``."""
+        self._phase, self._phase_since = "checkpoint", time.monotonic()
+        if final_state_path and self.rank == 0:
+            state = {"model": self.reg.model.state_dict(),
+                     "optimizer": self.reg.optimizer.state_dict(), "step": self._completed}
+            ckpt._write_durable(_as_path(final_state_path), _to_bytes(state))
+        try:
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                torch.distributed.barrier()
+        except BaseException as exc:  # noqa: BLE001
+            self._fail("collective_error", error=f"{type(exc).__name__}: {exc}"[:500], save=False)
+        self._phase = "done"
+        self._stop.set()
+        self.events.emit("done", step=self._completed, durable=True)
+
+    # -------------------------------------------------------------- failure
+    def _median_step(self) -> float | None:
+        if len(self._step_times) >= 3:
+            return statistics.median(list(self._step_times)[1:])
+        return self._prior_step_s
+
+    def hang_bound_s(self) -> float:
+        """Current hang-detection bound (s) for the ``compute`` phase."""
+        med = self._median_step()
+        if med is None:
+            return self.config.hang_first_s
+        return max(self.config.hang_floor_s, self.config.hang_factor * med)
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            try:
+                ready, _, _ = select.select([self._wake_r], [], [], self.config.poll_s)
+            except (OSError, ValueError):
+                ready = []
+            if ready:
+                try:
+                    sigs = os.read(self._wake_r, 64)
+                except OSError:
+                    sigs = b""
+                if signal.SIGTERM in sigs:
+                    self.events.emit("signal", signum=int(signal.SIGTERM), durable=True)
+                    self._fail("sigterm")
+            phase, since = self._phase, self._phase_since
+            if phase in ("compute", "checkpoint"):
+                bound = self.hang_bound_s() if phase == "compute" else self.config.sync_bound_s
+                waited = time.monotonic() - since
+                if waited > bound:
+                    self._fail("hang", waited_s=waited, bound_s=bound, phase=phase)
+            for check in self._checks:
+                reason = check()
+                if reason:
+                    self._fail("notice", reason=reason)
+
+    def _fail(self, trigger: str, save: bool = True, **info: Any) -> None:
+        """Declare a failure: save a JIT checkpoint once (if the strategy is
+        ``jit`` and the state is consistent), then end the process."""
+        with self._fail_lock:
+            first = not self._failing
+            self._failing = True
+        if not first:
+            # Another thread is already saving: let it finish, then it exits.
+            self._save_done.wait(self.config.save_lock_timeout_s + 60)
+            self._exit(EXIT_FAILURE)
+        phase = self._phase
+        code = EXIT_FAILURE
+        try:
+            self.events.emit("failure", trigger=trigger, in_phase=phase, step=self._step,
+                             completed=self._completed, durable=True, **info)
+            if save and self.config.strategy == "jit" and self.reg.model is not None:
+                code = self._save_jit(phase)
+        except BaseException as exc:  # noqa: BLE001 - the process must still exit
+            self.events.emit("error", where="failure handling", error=repr(exc)[:500])
+        finally:
+            self._save_done.set()
+            self._exit(code)
+
+    def _save_jit(self, phase: str) -> int:
+        on_main = threading.current_thread() is threading.main_thread()
+        if on_main and self._holds_state_lock:
+            self.events.emit("save", "skip", kind="jit", reason="failure inside the optimizer step",
+                             durable=True)
+            return EXIT_FAILURE
+        if not self._state_lock.acquire(timeout=self.config.save_lock_timeout_s):
+            self.events.emit("save", "skip", kind="jit",
+                             reason="optimizer step did not finish", durable=True)
+            return EXIT_FAILURE
+        try:
+            # compute/checkpoint/boundary: parameters and optimizer equal the last
+            # boundary; RNG and buffers come from its snapshot.
+            step = self._completed
+            try:
+                self._write("jit", step, self._snapshot)
+            except ckpt.CheckpointWriteError:
+                return EXIT_FAILURE
+            return EXIT_FAILURE_SAVED
+        finally:
+            self._state_lock.release()
+
+    def _exit(self, code: int) -> None:
+        try:
+            self.events.emit("exit", code=code, durable=True)
+            self.events.close()
+        finally:
+            os._exit(code)
+
+
+def _is_collective_error(exc: BaseException) -> bool:
+    dist_error = getattr(torch.distributed, "DistError", ())
+    if dist_error and isinstance(exc, dist_error):
+        return True
+    text = str(exc).lower()
+    return any(s in text for s in ("gloo", "nccl", "connection closed", "connection reset",
+                                   "broken pipe", "timed out", "timeout"))
+
+
+def _as_path(p: str):
+    from pathlib import Path
+
+    path = Path(p)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _to_bytes(state: dict) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()

@@ -1,0 +1,65 @@
+"""Gradient reduction for DDP that is bitwise reproducible across restarts.
+
+After a restart, DDP's first iteration uses its initial bucket layout while an
+uninterrupted run uses the rebuilt one, and gloo's ring all-reduce sums in a
+layout-dependent order, so a resumed run at 4+ ranks is not bitwise equal to
+an uninterrupted one (DESIGN.md, "Known traps"). :func:`ordered_allreduce_hook`
+all-gathers each bucket and sums the ranks' gradients in rank order, which is
+independent of the bucket layout: ``g = (((g_0 + g_1) + g_2) + ...) / world``.
+It costs ``world_size`` times the bucket's memory and an all-gather instead of
+an all-reduce; jitbench turns it on for correctness runs and records it in the
+run spec (``deterministic_reduce``).
+
+DDP comm hooks: PyTorch docs, "DDP Communication Hooks"
+(``DistributedDataParallel.register_comm_hook``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+BucketHook = Callable[[object, "dist.GradBucket"], torch.futures.Future]
+
+
+def ordered_allreduce_hook(process_group: dist.ProcessGroup | None,
+                           bucket: dist.GradBucket) -> torch.futures.Future:
+    """DDP comm hook: average a gradient bucket, summing ranks in rank order.
+
+    Args:
+        process_group: the group to reduce over (None: the default group).
+        bucket: the flattened gradient bucket, shape ``(n,)``.
+
+    Returns:
+        A future holding the averaged bucket, shape ``(n,)``, same dtype.
+    """
+    group = process_group if process_group is not None else dist.group.WORLD
+    world = dist.get_world_size(group)
+    buf = bucket.buffer()
+    gathered = [torch.empty_like(buf) for _ in range(world)]
+    fut = dist.all_gather(gathered, buf, group=group, async_op=True).get_future()
+
+    def _sum(f: torch.futures.Future) -> torch.Tensor:
+        f.value()  # re-raises the collective's error (a dead peer); never sum stale buffers
+        out = gathered[0].clone()
+        for g in gathered[1:]:
+            out.add_(g)
+        return out.div_(world)
+
+    return fut.then(_sum)
+
+
+def allreduce_hook(process_group: dist.ProcessGroup | None,
+                   bucket: dist.GradBucket) -> torch.futures.Future:
+    """DDP comm hook equal to DDP's default: ``all_reduce(bucket / world)``.
+
+    Args:
+        process_group: the group to reduce over (None: the default group).
+        bucket: the flattened gradient bucket, shape ``(n,)``.
+    """
+    group = process_group if process_group is not None else dist.group.WORLD
+    buf = bucket.buffer().div_(dist.get_world_size(group))
+    fut = dist.all_reduce(buf, group=group, async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0])
