@@ -35,8 +35,9 @@ class WorkloadConfig:
 
     name: str = "gpt"
     """Workload name: ``gpt`` or ``resnet``."""
-    size: str = "tiny"
-    """Model size by name (``gpt``: tiny/small/medium; ``resnet``: resnet18/resnet50)."""
+    size: str | None = None
+    """Model size by name (``gpt``: tiny/small/medium/gpt2, default small;
+    ``resnet``: resnet18/resnet50, default resnet18)."""
     data: str | None = None
     """A user's data: a text file (gpt) or an ImageFolder directory (resnet). None: the embedded default."""
     batch_size: int = 8

@@ -43,6 +43,7 @@ SIZES = {
     "medium": GPTConfig(block_size=256, n_layer=6, n_head=6, n_embd=384),
     "gpt2": GPTConfig(block_size=1024, n_layer=12, n_head=12, n_embd=768),
 }
+DEFAULT_SIZE = "small"
 
 
 class CausalSelfAttention(nn.Module):
@@ -144,9 +145,10 @@ class GPTWorkload(Workload):
 
     def __init__(self, cfg: WorkloadConfig, rank: int, world_size: int,
                  device: torch.device) -> None:
-        if cfg.size not in SIZES:
-            raise ValueError(f"unknown gpt size {cfg.size!r}; one of {', '.join(SIZES)}")
-        mcfg = SIZES[cfg.size]
+        size = cfg.size or DEFAULT_SIZE
+        if size not in SIZES:
+            raise ValueError(f"unknown gpt size {size!r}; one of {', '.join(SIZES)}")
+        mcfg = SIZES[size]
         if "dropout" in cfg.extra:
             mcfg = GPTConfig(**{**mcfg.__dict__, "dropout": float(cfg.extra["dropout"])})
         max_bytes = int(cfg.extra.get("max_bytes", 2_000_000))
@@ -177,6 +179,6 @@ class GPTWorkload(Workload):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), batch.targets.reshape(-1))
 
     def describe(self) -> dict:
-        return {**super().describe(), "size": self.cfg.size, "block_size": self.mcfg.block_size,
+        return {**super().describe(), "size": self.cfg.size or DEFAULT_SIZE, "block_size": self.mcfg.block_size,
                 "data": self.cfg.data or "stdlib", "data_sha256": self.data.sha256,
                 "samples": self.data.num_samples}

@@ -1,0 +1,247 @@
+"""The ``jitbench`` command line (typer).
+
+Commands are thin: they build a :class:`~jitbench.harness.spec.RunSpec` and
+call the harness. Exit statuses (also in README.md):
+
+====  =====================================================================
+0     success (the run completed; with a reference, ``state_equal`` is true)
+1     internal error (a bug: rerun with ``--debug`` for the traceback)
+2     bad input: flag, value, scenario file, data path, run directory
+3     the training job did not complete (restart budget exhausted, timeout)
+4     correctness violated (``state_equal`` false, or replay bound broken)
+130   interrupted (Ctrl-C / SIGTERM); what was recorded is kept
+====  =====================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from jitbench.faults import FAULTS, FaultSpec
+from jitbench.harness.spec import RunSpec, SpecError
+from jitbench.workloads import DataError, WorkloadConfig
+
+EXIT_OK, EXIT_INTERNAL, EXIT_INPUT, EXIT_RUN_FAILED, EXIT_INCORRECT = 0, 1, 2, 3, 4
+EXIT_INTERRUPTED = 130
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Fault-injection testbed and benchmark for JIT checkpointing.")
+err = Console(stderr=True)
+out = Console()
+_debug = {"on": False}
+
+
+def _line(text: str) -> None:
+    """One plain line on stderr (never wrapped or styled)."""
+    print(text, file=sys.stderr, flush=True)
+
+
+class InputError(Exception):
+    """Bad user input: one line, exit status 2."""
+
+
+Workload = Annotated[str, typer.Option("--workload", "-w", help="gpt or resnet.")]
+Size = Annotated[str | None, typer.Option(help="Model size by name (gpt: tiny/small/medium/gpt2; "
+                                                "resnet: resnet18/resnet50).")]
+Strategy = Annotated[str, typer.Option(help="jit, periodic:N or none.")]
+Nproc = Annotated[int, typer.Option("--nproc", help="Ranks (world size on this node).")]
+Steps = Annotated[int, typer.Option(help="Optimizer steps.")]
+Seed = Annotated[int, typer.Option(help="Seed for init, dropout, data order and random faults.")]
+Data = Annotated[str | None, typer.Option(help="Text file (gpt) or ImageFolder dir (resnet); "
+                                               "default: embedded data.")]
+RunDir = Annotated[Path | None, typer.Option(help="Run directory (must be absent or empty).")]
+Json = Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object.")]
+
+
+@app.callback()
+def _main(debug: Annotated[bool, typer.Option(help="Show tracebacks of internal errors.")] = False
+          ) -> None:
+    _debug["on"] = debug
+
+
+def _check_data(workload: str, data: str | None) -> None:
+    if data is None:
+        return
+    p = Path(data)
+    if not p.exists():
+        raise InputError(f"data path {data} does not exist")
+    if workload == "gpt":
+        if not p.is_file():
+            raise InputError(f"data path {data} is not a file (gpt takes a text file)")
+        try:
+            with open(p, "rb") as fh:
+                if not fh.read(1):
+                    raise InputError(f"data path {data} is empty")
+        except OSError as exc:
+            raise InputError(f"data path {data} is unreadable: {exc.strerror}") from exc
+    elif workload == "resnet":
+        from jitbench.workloads.images import load_images
+
+        try:
+            load_images(str(p), 32)
+        except DataError as exc:
+            raise InputError(str(exc)) from exc
+
+
+def _default_fault_step(steps: int) -> int:
+    return max(1, min(steps - 1, steps // 3))
+
+
+@app.command()
+def run(
+    fault: Annotated[str, typer.Option(help="Fault to inject ('jitbench faults' lists them); "
+                                            "'none' for a fault-free run.")] = "nccl-hang",
+    fault_rank: Annotated[int, typer.Option(help="Rank the fault hits.")] = 1,
+    fault_step: Annotated[int | None, typer.Option(help="Step the fault fires at "
+                                                         "(default: a third of the way in).")] = None,
+    workload: Workload = "gpt",
+    size: Size = None,
+    strategy: Strategy = "jit",
+    nproc: Nproc = 2,
+    steps: Steps = 60,
+    seed: Seed = 0,
+    data: Data = None,
+    batch_size: Annotated[int, typer.Option(help="Micro-batch size per rank.")] = 8,
+    grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step.")] = 1,
+    max_restarts: Annotated[int, typer.Option(help="Elastic agent's restart budget.")] = 3,
+    hang_floor_s: Annotated[float, typer.Option(help="Hang bound floor (s).")] = 2.0,
+    hang_factor: Annotated[float, typer.Option(help="Hang bound = max(floor, factor x median "
+                                                    "step time).")] = 10.0,
+    hang_first_s: Annotated[float, typer.Option(help="Hang bound before any step time is "
+                                                     "known (s).")] = 30.0,
+    deterministic_reduce: Annotated[bool, typer.Option(help="Rank-ordered gradient sum "
+                                                            "(bitwise across restarts).")] = True,
+    reference: Annotated[bool, typer.Option(help="Also run without the fault and compare "
+                                                 "final states.")] = True,
+    run_dir: RunDir = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace a non-empty run directory.")] = False,
+    timeout_s: Annotated[float | None, typer.Option(help="Stop a launch after this long (s).")]
+    = None,
+    as_json: Json = False,
+) -> None:
+    """Train a workload under a checkpointing strategy, inject a fault, measure recovery."""
+    wl = WorkloadConfig(name=workload, size=size, data=data, batch_size=batch_size,
+                        grad_accum=grad_accum, steps=steps, seed=seed)
+    faults = []
+    if fault != "none":
+        if fault not in FAULTS:
+            raise InputError(f"unknown fault {fault!r}; one of none, {', '.join(sorted(FAULTS))}")
+        faults.append(FaultSpec(fault, fault_rank,
+                                fault_step if fault_step is not None
+                                else _default_fault_step(steps)))
+    spec = RunSpec(workload=wl, strategy=strategy, faults=faults, nproc=nproc,
+                   max_restarts=max_restarts, hang_floor_s=hang_floor_s,
+                   hang_factor=hang_factor, hang_first_s=hang_first_s,
+                   deterministic_reduce=deterministic_reduce)
+    spec.validate()
+    _check_data(workload, data)
+    _check_size(workload, size)
+    if run_dir is None:
+        run_dir = Path("runs") / time.strftime(f"%Y%m%d-%H%M%S-{workload}-{fault}")
+    from jitbench.harness.run import prepare_dir
+    from jitbench.harness.run import run as run_spec
+
+    prepare_dir(run_dir, overwrite)
+    from jitbench.reports.table import summary_table
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=err,
+                  transient=as_json) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(label: str, st: dict) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=steps, info="")
+            loss = st.get("loss")
+            info = f"attempt {st.get('attempt', 0)}" + (f" loss {loss:.3f}" if loss else "")
+            bar.update(tasks[label], completed=st.get("step", 0), info=info)
+
+        outcome = run_spec(spec, run_dir, reference=reference, overwrite=overwrite,
+                           progress=progress, timeout_s=timeout_s)
+    s = outcome.summary
+    if as_json:
+        print(json.dumps(s, default=str))
+    else:
+        out.print(summary_table(s))
+        out.print(f"run directory: {run_dir}")
+    if s.get("interrupted"):
+        _line(f"interrupted; records kept in {run_dir}")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if not s["completed"]:
+        _line(f"error: the job did not complete (agent exit {s['agent_exit']}, "
+              f"{s['attempts']} attempts); see {run_dir / 'agent.log'}")
+        raise typer.Exit(EXIT_RUN_FAILED)
+    if s["state_equal"] is False:
+        _line(f"error: final state differs from the fault-free run "
+              f"(max_abs_diff {s['max_abs_diff']:.3g})")
+        raise typer.Exit(EXIT_INCORRECT)
+    if strategy == "jit" and s["max_replayed_steps_per_failure"] > 1:
+        _line(f"error: JIT replayed {s['max_replayed_steps_per_failure']} steps in one failure")
+        raise typer.Exit(EXIT_INCORRECT)
+
+
+def _check_size(workload: str, size: str | None) -> None:
+    if size is None:
+        return
+    if workload == "gpt":
+        from jitbench.workloads.gpt import SIZES
+    else:
+        from jitbench.workloads.resnet import SIZES
+    if size not in SIZES:
+        raise InputError(f"unknown {workload} size {size!r}; one of {', '.join(SIZES)}")
+
+
+@app.command()
+def faults(as_json: Json = False) -> None:
+    """List every fault with a one-line description."""
+    rows = [{"name": n, "point": c.point, "recoverable": c.recoverable, "summary": c.summary}
+            for n, c in sorted(FAULTS.items())]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    from rich.table import Table
+
+    t = Table(title="faults")
+    for col in ("name", "fires", "summary"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["name"], r["point"], r["summary"])
+    out.print(t)
+
+
+def main() -> None:
+    """Console-script entry point: maps errors to exit statuses, one line each."""
+    try:
+        app(standalone_mode=False)
+    except (InputError, SpecError, DataError) as exc:
+        _line(f"error: {exc}")
+        sys.exit(EXIT_INPUT)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        _line("interrupted")
+        sys.exit(EXIT_INTERRUPTED)
+    except SystemExit:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):  # click/typer usage errors
+            exc.show()
+            sys.exit(exc.exit_code)
+        if type(exc).__name__ == "Abort":
+            sys.exit(EXIT_INTERRUPTED)
+        if _debug["on"]:
+            raise
+        _line(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug)")
+        sys.exit(EXIT_INTERNAL)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,292 @@
+"""Metrics derived from a run's events (DESIGN.md, "Metrics").
+
+Every number here comes from the JSONL events; nothing is typed in. Times are
+differences of ``t_mono`` (CLOCK_MONOTONIC, s) when every event comes from one
+host, else of ``t_wall``.
+
+Per failure (one per injected fault; a fault's *attempt* is the attempt it
+fired in, recovery happens in the next one):
+
+- ``detect_s``: fault -> first ``failure`` event of any rank.
+- ``save_s``: JIT save begin -> end, the slowest rank's (MLPerf Storage
+  convention); for strategies without a JIT save, the duration of the last
+  periodic save before the fault (0 if none).
+- ``restart_s``: last event of the failed attempt (its last process gone) ->
+  every rank of the next attempt has finished ``init``.
+- ``restore_s``: restore begin -> end, the slowest rank's.
+- ``replayed_steps``: steps completed before the fault and re-executed
+  (``max completed - restored step``); ``replayed_gpu_steps`` multiplies by the
+  world size; ``replay_s``: restore end -> the last replayed step's end.
+- ``recovery_s``: fault -> the end (all ranks) of the first step that had not
+  completed before the fault.
+- ``wasted_gpu_s``: ``world_size x (recovery_s + lost_partial_s - step_s)``,
+  where ``lost_partial_s`` is the interrupted step's time before the fault and
+  ``step_s`` the median fault-free step time: GPU-seconds not spent on new
+  progress.
+
+Per run: ``checkpoint_stall_gpu_s`` (periodic saves x world size),
+``goodput`` (useful step time / world wall time of training), and the
+correctness oracles, ``state_equal`` and ``sample_stream_equal``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from jitbench.runtime.events import read_events
+
+
+@dataclass
+class FailureMetrics:
+    """Metrics of one failure episode (s unless named otherwise)."""
+
+    fault_kind: str
+    fault_rank: int
+    fault_step: int
+    attempt: int
+    trigger: str | None = None
+    detect_s: float | None = None
+    save_s: float | None = None
+    restart_s: float | None = None
+    restore_s: float | None = None
+    restored_step: int | None = None
+    restored_kind: str | None = None
+    completed_before: int = 0
+    replayed_steps: int | None = None
+    replayed_gpu_steps: int | None = None
+    replay_s: float | None = None
+    recovery_s: float | None = None
+    lost_partial_s: float | None = None
+    wasted_gpu_s: float | None = None
+    skipped_parts: list = field(default_factory=list)
+
+
+@dataclass
+class RunMetrics:
+    """Run-level metrics."""
+
+    completed: bool
+    """Every rank reached ``done`` at the last step."""
+    steps: int
+    final_step: int
+    attempts: int
+    world_size: int
+    step_s: float | None
+    """Median step time over the run's steps (s)."""
+    train_wall_s: float | None
+    """First step begin -> last step end (s)."""
+    goodput: float | None
+    checkpoint_saves: int
+    checkpoint_stall_gpu_s: float
+    wasted_gpu_s: float
+    replayed_steps: int
+    max_replayed_steps_per_failure: int
+    loss_first: float | None
+    loss_last: float | None
+    failures: list[FailureMetrics]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _t(ev: dict, key: str) -> float:
+    return ev[key]
+
+
+def compute(run_dir: str | Path, spec_steps: int, world_size: int) -> RunMetrics:
+    """Derive run and failure metrics from ``run_dir/events``."""
+    evs = read_events(Path(run_dir) / "events")
+    key = "t_mono" if len({e["host"] for e in evs}) <= 1 else "t_wall"
+    by_attempt: dict[int, list[dict]] = defaultdict(list)
+    for e in evs:
+        by_attempt[e["attempt"]].append(e)
+    attempts = sorted(by_attempt)
+
+    step_end = [e for e in evs if e["event"] == "step" and e["phase"] == "end"]
+    durs = [e["dur_s"] for e in step_end if "dur_s" in e]
+    step_s = statistics.median(durs) if durs else None
+    done = [e for e in evs if e["event"] == "done"]
+    final_step = max((e["step"] for e in step_end), default=0)
+    completed = (len({e["rank"] for e in done if e["step"] == spec_steps}) == world_size)
+
+    failures: list[FailureMetrics] = []
+    for fault in (e for e in evs if e["event"] == "fault"):
+        a = fault["attempt"]
+        if failures and failures[-1].attempt == a:
+            continue  # a second fault in the same attempt is part of the same episode
+        cur = by_attempt[a]
+        nxt = by_attempt.get(a + 1, [])
+        tf = _t(fault, key)
+        fm = FailureMetrics(fault["kind"], fault["rank"], fault["step"], a)
+        fails = [e for e in cur if e["event"] == "failure" and _t(e, key) >= tf]
+        if fails:
+            first = min(fails, key=lambda e: _t(e, key))
+            fm.detect_s, fm.trigger = _t(first, key) - tf, first["trigger"]
+        saves = _pairs(cur, "save", key, lambda e: e.get("kind") == "jit")
+        if saves:
+            fm.save_s = max(saves)
+        else:
+            per = _pairs([e for e in cur if _t(e, key) <= tf], "save", key,
+                         lambda e: e.get("kind") == "periodic")
+            fm.save_s = per[-1] if per else 0.0
+        done_steps = [e["step"] for e in cur if e["event"] == "step" and e["phase"] == "end"]
+        fm.completed_before = max(done_steps, default=0)
+        begins = [e for e in cur if e["event"] == "step" and e["phase"] == "begin"
+                  and e["rank"] == fault["rank"] and e["step"] == fault["step"]]
+        if begins:
+            fm.lost_partial_s = max(0.0, tf - _t(begins[-1], key))
+        if nxt:
+            old_gone = max(_t(e, key) for e in cur)
+            inits = [e for e in nxt if e["event"] == "init" and e["phase"] == "end"]
+            if len({e["rank"] for e in inits}) == world_size:
+                fm.restart_s = max(_t(e, key) for e in inits) - old_gone
+            rest = _pairs(nxt, "restore", key)
+            if rest:
+                fm.restore_s = max(rest)
+            rend = [e for e in nxt if e["event"] == "restore" and e["phase"] == "end"]
+            if rend:
+                fm.restored_step = rend[0]["step"]
+                fm.restored_kind = rend[0].get("kind")
+                fm.skipped_parts = rend[0].get("skipped", [])
+                fm.replayed_steps = max(0, fm.completed_before - fm.restored_step)
+                fm.replayed_gpu_steps = fm.replayed_steps * world_size
+                t_rest = max(_t(e, key) for e in rend)
+                ends = defaultdict(list)
+                for e in nxt:
+                    if e["event"] == "step" and e["phase"] == "end":
+                        ends[e["step"]].append(_t(e, key))
+                if fm.replayed_steps == 0:
+                    fm.replay_s = 0.0
+                elif fm.completed_before in ends:
+                    fm.replay_s = max(ends[fm.completed_before]) - t_rest
+                new = [s for s in ends if s > fm.completed_before
+                       and len(ends[s]) == world_size]
+                if new:
+                    fm.recovery_s = max(ends[min(new)]) - tf
+                    if step_s is not None:
+                        fm.wasted_gpu_s = world_size * max(
+                            0.0, fm.recovery_s + (fm.lost_partial_s or 0.0) - step_s)
+        failures.append(fm)
+
+    periodic = _pairs(evs, "save", key, lambda e: e.get("kind") == "periodic")
+    stall = sum(periodic) * world_size
+    firsts = [e for e in evs if e["event"] == "step" and e["phase"] == "begin"]
+    train_wall = (max(_t(e, key) for e in step_end) - min(_t(e, key) for e in firsts)
+                  if step_end and firsts else None)
+    goodput = (spec_steps * step_s / train_wall if completed and step_s and train_wall
+               else None)
+    wasted = sum(f.wasted_gpu_s or 0.0 for f in failures) + stall
+    rank0 = sorted((e for e in step_end if e["rank"] == 0), key=lambda e: _t(e, key))
+    return RunMetrics(
+        completed=completed, steps=spec_steps, final_step=final_step, attempts=len(attempts),
+        world_size=world_size, step_s=step_s, train_wall_s=train_wall,
+        goodput=min(1.0, goodput) if goodput else None, checkpoint_saves=len(periodic),
+        checkpoint_stall_gpu_s=stall, wasted_gpu_s=wasted,
+        replayed_steps=sum(f.replayed_steps or 0 for f in failures),
+        max_replayed_steps_per_failure=max((f.replayed_steps or 0 for f in failures), default=0),
+        loss_first=rank0[0].get("loss") if rank0 else None,
+        loss_last=rank0[-1].get("loss") if rank0 else None, failures=failures)
+
+
+def _pairs(evs: list[dict], name: str, key: str, pred=lambda e: True) -> list[float]:
+    """Durations of begin/end pairs of event ``name`` per (attempt, rank), in time order."""
+    open_: dict = {}
+    out: list[tuple[float, float]] = []
+    for e in evs:
+        if e["event"] != name or not pred(e):
+            continue
+        k = (e["attempt"], e["rank"])
+        if e["phase"] == "begin":
+            open_[k] = _t(e, key)
+        elif e["phase"] == "end" and k in open_ and e.get("ok", True):
+            t0 = open_.pop(k)
+            out.append((t0, _t(e, key) - t0))
+    return [d for _, d in sorted(out)]
+
+
+def sample_streams(run_dir: str | Path) -> dict[int, dict[int, list[int]]]:
+    """Effective sample-id stream: ``{rank: {step: ids of its last completed execution}}``."""
+    out: dict[int, dict[int, list[int]]] = defaultdict(dict)
+    for e in read_events(Path(run_dir) / "events"):
+        if e["event"] == "step" and e["phase"] == "end" and "sample_ids" in e:
+            out[e["rank"]][e["step"]] = e["sample_ids"]
+    return out
+
+
+def sample_stream_equal(run_dir: str | Path, reference_dir: str | Path) -> bool:
+    """The run consumed the reference's samples at every step on every rank
+    (re-executed steps count once: the replayed minibatch is the allowed difference)."""
+    a, b = sample_streams(run_dir), sample_streams(reference_dir)
+    return bool(b) and a == b
+
+
+def compare_states(path_a: str | Path, path_b: str | Path) -> tuple[bool, float]:
+    """Compare two final states (model + optimizer) bitwise.
+
+    Returns:
+        ``(equal, max_abs_diff)``: bitwise equality of every tensor and scalar,
+        and the largest absolute elementwise difference over all tensors.
+
+    Raises:
+        FileNotFoundError: a state file is missing.
+    """
+    a = torch.load(path_a, map_location="cpu", weights_only=True)
+    b = torch.load(path_b, map_location="cpu", weights_only=True)
+    equal, diff = True, 0.0
+
+    def walk(x, y) -> None:
+        nonlocal equal, diff
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.shape != y.shape or x.dtype != y.dtype:
+                equal, diff = False, float("inf")
+                return
+            if not torch.equal(x, y):
+                equal = False
+                if x.numel():
+                    diff = max(diff, (x.double() - y.double()).abs().max().item())
+        elif isinstance(x, dict) and isinstance(y, dict):
+            if x.keys() != y.keys():
+                equal = False
+            for k in x.keys() & y.keys():
+                walk(x[k], y[k])
+        elif isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)):
+            if len(x) != len(y):
+                equal = False
+            for u, v in zip(x, y, strict=False):
+                walk(u, v)
+        elif x != y:
+            equal = False
+
+    walk(a, b)
+    return equal, diff
+
+
+def event_order(run_dir: str | Path) -> list[str]:
+    """Names of the recovery milestones in time order, one per failure, e.g.
+    ``fault, failure, save, restart, restore, step`` (for tests and reports)."""
+    evs = read_events(Path(run_dir) / "events")
+    out: list[str] = []
+    seen_attempt = 0
+    last_fault_attempt = None
+    for e in evs:
+        n, p = e["event"], e["phase"]
+        if n == "fault" and last_fault_attempt != e["attempt"]:
+            out.append("fault")
+            last_fault_attempt = e["attempt"]
+        elif n == "failure" and out and out[-1] == "fault":
+            out.append("failure")
+        elif n == "save" and p == "end" and e.get("kind") == "jit" and out and out[-1] == "failure":
+            out.append("save")
+        elif n == "init" and p == "end" and e["attempt"] > seen_attempt:
+            seen_attempt = e["attempt"]
+            out.append("restart")
+        elif n == "restore" and p == "end" and out and out[-1] == "restart":
+            out.append("restore")
+        elif n == "step" and p == "end" and out and out[-1] == "restore":
+            out.append("step")
+    return out

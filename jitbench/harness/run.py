@@ -1,0 +1,202 @@
+"""One benchmark run: the faulty run, its fault-free reference, metrics, records.
+
+Run directory layout::
+
+    RUN_DIR/
+      spec.json          the run spec (reproduces the run)
+      agent.log          the elastic agent's and workers' output
+      events/            attemptAAA_rankRRRRR.jsonl, one event per line
+      ckpt/              checkpoint parts and manifests
+      faults_fired/      one marker per fault that fired
+      final/state.pt     rank 0's final model + optimizer state
+      reference/         the same spec without faults (same layout)
+      summary.json       the summary (also printed with --json)
+      records.csv/.parquet   one row per run; failures.csv: one row per failure
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+import jitbench
+from jitbench.harness import metrics
+from jitbench.harness.launch import LaunchResult, launch
+from jitbench.harness.spec import RunSpec, SpecError
+
+SUMMARY_VERSION = 1
+SUMMARY_KEYS = ("detect_s", "save_s", "restart_s", "restore_s", "replayed_steps", "recovery_s",
+                "state_equal")
+
+
+class RunDirError(SpecError):
+    """The run directory exists and is not empty (never overwritten silently)."""
+
+
+@dataclass
+class RunOutcome:
+    """What :func:`run` produced."""
+
+    summary: dict
+    run_dir: Path
+    launch: LaunchResult
+    reference: LaunchResult | None
+
+
+def prepare_dir(run_dir: Path, overwrite: bool = False) -> None:
+    """Create an empty run directory.
+
+    Raises:
+        RunDirError: it exists, is not empty, and ``overwrite`` is False.
+    """
+    if run_dir.exists() and any(run_dir.iterdir()):
+        if not overwrite:
+            raise RunDirError(f"run directory {run_dir} exists and is not empty; "
+                              "pass another --run-dir or --overwrite")
+        import shutil
+
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def machine_fingerprint() -> dict:
+    """Host facts stored with every result (comparisons refuse to mix machines)."""
+    return {"host": socket.gethostname(), "platform": platform.platform(),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "cpus": os.cpu_count(), "cuda": torch.cuda.is_available()}
+
+
+def code_version() -> str:
+    """jitbench version plus the git commit when run from a checkout."""
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, cwd=Path(jitbench.__file__).parent, timeout=5)
+        if rev.returncode == 0:
+            return f"{jitbench.__version__}+{rev.stdout.strip()}"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return jitbench.__version__
+
+
+def execute(spec: RunSpec, run_dir: Path, progress: Callable[[dict], None] | None = None,
+            timeout_s: float | None = None) -> LaunchResult:
+    """Write the spec into ``run_dir`` and run it through the elastic agent."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "spec.json").write_text(spec.to_json())
+    return launch(spec, run_dir, progress, timeout_s)
+
+
+def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
+              ref: LaunchResult | None, ref_dir: Path | None = None) -> dict:
+    """Metrics, correctness oracles and provenance of a finished run (JSON-able)."""
+    m = metrics.compute(run_dir, spec.steps, spec.world_size)
+    summary: dict = {"summary_version": SUMMARY_VERSION, "run_dir": str(run_dir),
+                     "workload": spec.workload.name, "size": spec.workload.size,
+                     "strategy": spec.strategy, "world_size": spec.world_size,
+                     "steps": spec.steps, "seed": spec.workload.seed,
+                     "faults": [asdict(f) for f in spec.faults],
+                     "deterministic_reduce": spec.deterministic_reduce,
+                     "agent_exit": res.returncode, "interrupted": res.interrupted,
+                     "wall_s": res.wall_s}
+    fails = m.failures
+    for k in ("detect_s", "save_s", "restart_s", "restore_s", "recovery_s", "replay_s"):
+        vals = [getattr(f, k) for f in fails if getattr(f, k) is not None]
+        summary[k] = sum(vals) / len(vals) if vals else None
+    summary["replayed_steps"] = m.replayed_steps
+    summary["replayed_gpu_steps"] = m.replayed_steps * spec.world_size
+    summary["max_replayed_steps_per_failure"] = m.max_replayed_steps_per_failure
+    summary["num_failures"] = len(fails)
+    summary["trigger"] = fails[0].trigger if fails else None
+    summary["restored_kind"] = fails[0].restored_kind if fails else None
+    for k in ("completed", "final_step", "attempts", "step_s", "train_wall_s", "goodput",
+              "checkpoint_saves", "checkpoint_stall_gpu_s", "wasted_gpu_s", "loss_first",
+              "loss_last"):
+        summary[k] = getattr(m, k)
+    summary["state_equal"] = None
+    summary["max_abs_diff"] = None
+    summary["sample_stream_equal"] = None
+    ref_dir = ref_dir or run_dir / "reference"
+    if ref is not None and m.completed and (ref_dir / "final" / "state.pt").exists():
+        eq, diff = metrics.compare_states(run_dir / "final" / "state.pt",
+                                          ref_dir / "final" / "state.pt")
+        summary["state_equal"], summary["max_abs_diff"] = eq, diff
+        summary["sample_stream_equal"] = metrics.sample_stream_equal(run_dir, ref_dir)
+        rm = metrics.compute(ref_dir, spec.steps, spec.world_size)
+        summary["reference_step_s"] = rm.step_s
+        summary["reference_wall_s"] = ref.wall_s
+        summary["reference_dir"] = str(ref_dir)
+    summary["failures"] = [asdict(f) for f in fails]
+    summary["code_version"] = code_version()
+    summary["machine"] = machine_fingerprint()
+    summary["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    return summary
+
+
+def write_records(summary: dict, run_dir: Path) -> None:
+    """``summary.json``, ``records.csv``/``.parquet`` (one row) and ``failures.csv``."""
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    row = {k: v for k, v in summary.items() if not isinstance(v, (list, dict))}
+    row["faults"] = ",".join(f"{f['kind']}@{f['rank']}:{f['step']}" for f in summary["faults"])
+    df = pd.DataFrame([row])
+    df.to_csv(run_dir / "records.csv", index=False)
+    df.to_parquet(run_dir / "records.parquet", index=False)
+    if summary["failures"]:
+        fdf = pd.DataFrame([{k: v for k, v in f.items() if not isinstance(v, list)}
+                            for f in summary["failures"]])
+        fdf.insert(0, "run_dir", str(run_dir))
+        fdf.to_csv(run_dir / "failures.csv", index=False)
+
+
+def run(spec: RunSpec, run_dir: Path, reference: bool = True, overwrite: bool = False,
+        progress: Callable[[str, dict], None] | None = None,
+        timeout_s: float | None = None, reference_from: Path | None = None) -> RunOutcome:
+    """Run ``spec`` (and its fault-free reference), then write summary and records.
+
+    Args:
+        spec: the run spec (validated here).
+        run_dir: an absent or empty directory.
+        reference: also run the spec without faults and compare final states.
+        overwrite: replace a non-empty ``run_dir``.
+        progress: ``f(label, state)`` with ``label`` ``run`` or ``reference``.
+        timeout_s: per launch.
+        reference_from: an earlier fault-free run directory of the same spec to
+            compare against instead of running the reference again (sweeps
+            share one reference per spec).
+
+    Raises:
+        SpecError: invalid spec or run directory (nothing is started).
+    """
+    spec.validate()
+    ref_dir = None
+    if reference_from is not None:
+        try:
+            ref_spec = RunSpec.load(reference_from / "spec.json")
+        except (OSError, ValueError, TypeError) as exc:
+            raise SpecError(f"{reference_from}: not a run directory ({exc})") from exc
+        if ref_spec.to_json() != spec.without_faults().to_json():
+            raise SpecError(f"{reference_from} is not a fault-free run of this spec")
+        ref_dir = reference_from
+    prepare_dir(run_dir, overwrite)
+    cb = (lambda s: progress("run", s)) if progress else None
+    res = execute(spec, run_dir, cb, timeout_s)
+    ref = None
+    if reference_from is not None:
+        ref = LaunchResult(0, 0.0, False, reference_from / "agent.log")
+    elif reference and not res.interrupted:
+        cbr = (lambda s: progress("reference", s)) if progress else None
+        ref = execute(spec.without_faults(), run_dir / "reference", cbr, timeout_s)
+    summary = summarize(spec, run_dir, res, ref, ref_dir)
+    if ref is not None and ref.interrupted:
+        summary["interrupted"] = True
+    write_records(summary, run_dir)
+    return RunOutcome(summary, run_dir, res, ref)

@@ -1,0 +1,37 @@
+"""Terminal tables of run summaries (reads records only)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+SUMMARY_COLUMNS = (
+    ("detect_s", "detect_s"), ("save_s", "save_s"), ("restart_s", "restart_s"),
+    ("restore_s", "restore_s"), ("replayed_steps", "replayed_steps"),
+    ("recovery_s", "recovery_s"), ("state_equal", "state_equal"),
+)
+
+
+def fmt(value: object) -> str:
+    """A cell: seconds to 3 decimals, booleans as yes/no, None as a dash."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def summary_table(summary: dict) -> Table:
+    """The run's headline metrics, one row per metric (metric, value, unit)."""
+    title = (f"{summary['workload']} x{summary['world_size']} ranks, strategy "
+             f"{summary['strategy']}, fault "
+             + (", ".join(f"{f['kind']}@rank{f['rank']}:step{f['step']}" for f in summary['faults'])
+                or "none"))
+    t = Table(title=title)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for key, _ in SUMMARY_COLUMNS + (("max_abs_diff", ""), ("sample_stream_equal", ""),
+                                     ("wasted_gpu_s", ""), ("attempts", ""), ("completed", "")):
+        t.add_row(key, fmt(summary.get(key)))
+    return t

@@ -1,0 +1,114 @@
+"""End-to-end recovery on gloo: kill and hang at several steps, every strategy.
+
+Each test runs the elastic agent with 2 ranks of a tiny GPT and compares the
+final state bitwise with one fault-free reference run of the same spec.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jitbench.faults import FaultSpec
+from jitbench.harness import metrics
+from jitbench.harness.run import run as run_spec
+from jitbench.runtime.events import read_events
+from tests.conftest import jitbench_processes, small_spec
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(240)]
+
+STEPS = 12
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory):
+    """Fault-free reference runs, one per strategy, shared by the module."""
+    cache: dict[str, Path] = {}
+
+    def get(strategy: str) -> Path:
+        if strategy not in cache:
+            d = tmp_path_factory.mktemp("ref") / "run"
+            out = run_spec(small_spec(STEPS, strategy=strategy), d, reference=False)
+            assert out.summary["completed"], (d / "agent.log").read_text()[-3000:]
+            cache[strategy] = d
+        return cache[strategy]
+
+    return get
+
+
+def _run(tmp_path, references, kind, step, strategy="jit"):
+    spec = small_spec(STEPS, faults=[FaultSpec(kind, 1, step)], strategy=strategy)
+    out = run_spec(spec, tmp_path / "run", reference_from=references(strategy))
+    s = out.summary
+    assert s["completed"], (out.run_dir / "agent.log").read_text()[-3000:]
+    return s, out.run_dir
+
+
+def _assert_fired_once(run_dir: Path, kind: str, step: int) -> None:
+    evs = read_events(run_dir / "events")
+    fired = [e for e in evs if e["event"] == "fault"]
+    assert [(e["kind"], e["rank"], e["step"]) for e in fired] == [(kind, 1, step)]
+    assert len(list((run_dir / "faults_fired").iterdir())) == 1
+
+
+@pytest.mark.parametrize("kind", ["kill", "nccl-hang"])
+@pytest.mark.parametrize("step", [1, 5, STEPS - 1])
+def test_jit_recovers_bitwise(tmp_path, references, kind, step):
+    s, run_dir = _run(tmp_path, references, kind, step)
+    assert s["state_equal"] is True and s["max_abs_diff"] == 0.0
+    assert s["sample_stream_equal"] is True
+    assert s["replayed_steps"] <= 1
+    assert s["restored_kind"] == "jit"
+    assert s["attempts"] == 2
+    _assert_fired_once(run_dir, kind, step)
+    assert metrics.event_order(run_dir) == ["fault", "failure", "save", "restart", "restore",
+                                            "step"]
+    f = s["failures"][0]
+    assert f["restored_step"] == step - 1
+    assert s["trigger"] == ("hang" if kind == "nccl-hang" else f["trigger"])
+    # every phase was measured and adds up inside the recovery time
+    for k in ("detect_s", "save_s", "restart_s", "restore_s", "recovery_s"):
+        assert s[k] is not None and s[k] >= 0, k
+    assert s["detect_s"] + s["save_s"] + s["restore_s"] <= s["recovery_s"]
+    assert not jitbench_processes()
+
+
+def test_hang_detected_in_seconds_not_backend_timeout(tmp_path, references):
+    s, _ = _run(tmp_path, references, "nccl-hang", 6)
+    spec = small_spec(STEPS)
+    # measured step times are tens of ms, so the bound is the floor (1.5 s);
+    # the process-group timeout is 300 s
+    assert s["trigger"] == "hang"
+    assert s["detect_s"] < spec.hang_floor_s + 2.0
+    assert s["detect_s"] < spec.pg_timeout_s / 10
+
+
+@pytest.mark.parametrize("kind", ["kill", "nccl-hang"])
+def test_periodic_replays_since_last_checkpoint(tmp_path, references, kind):
+    s, run_dir = _run(tmp_path, references, kind, 8, strategy="periodic:3")
+    f = s["failures"][0]
+    # steps 1..7 completed; last periodic checkpoint after step 6
+    assert f["completed_before"] == 7
+    assert f["restored_step"] == 6 and f["restored_kind"] == "periodic"
+    assert s["replayed_steps"] == 1
+    assert s["state_equal"] is True and s["sample_stream_equal"] is True
+    assert s["checkpoint_saves"] >= 3
+
+
+def test_periodic_replays_several_steps(tmp_path, references):
+    s, _ = _run(tmp_path, references, "kill", 10, strategy="periodic:4")
+    f = s["failures"][0]
+    assert (f["completed_before"], f["restored_step"], s["replayed_steps"]) == (9, 8, 1)
+    s2, _ = _run(tmp_path / "b", references, "kill", 8, strategy="periodic:4")
+    f2 = s2["failures"][0]
+    assert (f2["completed_before"], f2["restored_step"], s2["replayed_steps"]) == (7, 4, 3)
+    assert s2["state_equal"] is True
+
+
+def test_none_replays_everything(tmp_path, references):
+    s, _ = _run(tmp_path, references, "kill", 7, strategy="none")
+    f = s["failures"][0]
+    assert f["restored_step"] == 0 and f["restored_kind"] is None
+    assert s["replayed_steps"] == 6
+    assert s["state_equal"] is True and s["sample_stream_equal"] is True

@@ -1,0 +1,82 @@
+"""Bad input gets one clear line and exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from jitbench.harness.spec import RunSpec, SpecError, Strategy
+
+
+def _cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "jitbench.cli", *args], capture_output=True,
+                          text=True, timeout=120, cwd=cwd)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["run", "--fault", "meteor"], "unknown fault 'meteor'"),
+    (["run", "--strategy", "sometimes"], "unknown strategy 'sometimes'"),
+    (["run", "--strategy", "periodic:0"], "unknown strategy"),
+    (["run", "--fault-rank", "2"], "fault rank 2 is outside the world of 2 ranks"),
+    (["run", "--fault-step", "60"], "fault step 60 must be in 1..59"),
+    (["run", "--data", "/nonexistent/corpus.txt"], "does not exist"),
+    (["run", "--workload", "lstm"], "unknown workload 'lstm'"),
+    (["run", "--size", "huge"], "unknown gpt size 'huge'"),
+    (["run", "--nproc", "0"], "--nproc must be >= 1"),
+])
+def test_bad_input_is_one_line_exit_2(args, needle, tmp_path):
+    p = _cli(*args, "--run-dir", str(tmp_path / "r"), cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert needle in p.stderr
+    assert "Traceback" not in p.stderr + p.stdout
+    assert len(p.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()  # nothing started
+
+
+def test_empty_and_directory_data_paths(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    p = _cli("run", "--data", str(empty), cwd=tmp_path)
+    assert p.returncode == 2 and "is empty" in p.stderr
+    p = _cli("run", "--data", str(tmp_path), cwd=tmp_path)
+    assert p.returncode == 2 and "not a file" in p.stderr
+
+
+def test_non_empty_run_dir_is_never_overwritten(tmp_path):
+    d = tmp_path / "r"
+    d.mkdir()
+    (d / "summary.json").write_text("{}")
+    p = _cli("run", "--run-dir", str(d), cwd=tmp_path)
+    assert p.returncode == 2 and "exists and is not empty" in p.stderr
+    assert (d / "summary.json").read_text() == "{}"
+
+
+def test_unknown_flag_is_a_usage_error(tmp_path):
+    p = _cli("run", "--frobnicate", cwd=tmp_path)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+
+
+def test_faults_lists_every_fault():
+    p = _cli("faults", "--json")
+    assert p.returncode == 0
+    import json
+
+    names = {r["name"] for r in json.loads(p.stdout)}
+    assert {"kill", "nccl-hang"} <= names
+
+
+def test_strategy_parse():
+    assert Strategy.parse("periodic:5") == Strategy("periodic", 5)
+    assert str(Strategy.parse("JIT")) == "jit"
+    with pytest.raises(SpecError):
+        Strategy.parse("periodic:-1")
+
+
+def test_spec_json_round_trip():
+    from jitbench.faults import FaultSpec
+
+    spec = RunSpec(faults=[FaultSpec("kill", 1, 3)], strategy="periodic:2")
+    again = RunSpec.from_dict(__import__("json").loads(spec.to_json()))
+    assert again == spec and again.without_faults().faults == []
