@@ -217,6 +217,52 @@ def faults(as_json: Json = False) -> None:
     out.print(t)
 
 
+LLAMA3_MTBF_HOURS_PER_GPU = 16_384 * 54 * 24 / 419
+"""Per-GPU MTBF (h) from the Llama 3 report ("The Llama 3 Herd of Models", Meta 2024, sec.
+3.3.4): 419 unexpected interruptions in 54 days of pre-training on 16,384 GPUs."""
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--gpus: expected comma-separated integers, got {text!r}") from None
+
+
+@app.command()
+def model(
+    gpus: Annotated[str, typer.Option(help="Comma-separated world sizes (GPUs).")]
+    = "8,64,512,1024,4096,16384,100000",
+    mtbf_hours_per_gpu: Annotated[float, typer.Option(
+        help="Per-GPU mean time between failures (h); default from the Llama 3 report.")]
+    = LLAMA3_MTBF_HOURS_PER_GPU,
+    step_s: Annotated[float, typer.Option(help="Step (minibatch) time (s).")] = 1.0,
+    checkpoint_s: Annotated[float, typer.Option(help="Cost of one synchronous periodic "
+                                                     "checkpoint (s).")] = 60.0,
+    restart_s: Annotated[float, typer.Option(help="Job restart cost (s).")] = 300.0,
+    detect_s: Annotated[float, typer.Option(help="Failure detection latency (s).")] = 30.0,
+    save_s: Annotated[float, typer.Option(help="JIT checkpoint save (s).")] = 30.0,
+    restore_s: Annotated[float, typer.Option(help="Checkpoint restore (s).")] = 60.0,
+    from_results: Annotated[Path | None, typer.Option(
+        help="Records table (CSV/Parquet) of measured runs: its medians replace the costs.")]
+    = None,
+    horizon_hours: Annotated[float, typer.Option(help="Simulated job length (h).")] = 720.0,
+    trials: Annotated[int, typer.Option(help="Monte Carlo trials per point.")] = 100,
+    seed: Seed = 0,
+    out: Annotated[Path | None, typer.Option(help="Also write model.csv and model.png here.")]
+    = None,
+    as_json: Json = False,
+) -> None:
+    """Wasted GPU-hours and goodput vs world size: analytic model and failure simulator."""
+    from jitbench.reports.modelcmd import model_main
+
+    code = model_main(_int_list(gpus), mtbf_hours_per_gpu, step_s, checkpoint_s, restart_s,
+                      detect_s, save_s, restore_s, from_results, horizon_hours, trials, seed,
+                      as_json, out)
+    if code:
+        raise typer.Exit(code)
+
+
 def main() -> None:
     """Console-script entry point: maps errors to exit statuses, one line each."""
     try:

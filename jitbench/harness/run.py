@@ -119,7 +119,7 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     summary["trigger"] = fails[0].trigger if fails else None
     summary["restored_kind"] = fails[0].restored_kind if fails else None
     for k in ("completed", "final_step", "attempts", "step_s", "train_wall_s", "goodput",
-              "checkpoint_saves", "checkpoint_stall_gpu_s", "wasted_gpu_s", "loss_first",
+              "checkpoint_saves", "checkpoint_s", "checkpoint_stall_gpu_s", "wasted_gpu_s", "loss_first",
               "loss_last"):
         summary[k] = getattr(m, k)
     summary["state_equal"] = None

@@ -80,3 +80,21 @@ def test_spec_json_round_trip():
     spec = RunSpec(faults=[FaultSpec("kill", 1, 3)], strategy="periodic:2")
     again = RunSpec.from_dict(__import__("json").loads(spec.to_json()))
     assert again == spec and again.without_faults().faults == []
+
+
+def test_model_command_prints_json_table(tmp_path):
+    import json
+
+    p = _cli("model", "--gpus", "512,16384", "--trials", "5", "--horizon-hours", "200",
+             "--json", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    rows = doc["rows"]
+    strategies = {r["strategy"] for r in rows}
+    assert {"jit", "periodic", "periodic-async"} <= strategies
+    assert (tmp_path / "model.csv").exists() and (tmp_path / "model.png").exists()
+
+
+def test_model_command_bad_gpus():
+    p = _cli("model", "--gpus", "8,x")
+    assert p.returncode == 2 and "--gpus" in p.stderr and "Traceback" not in p.stderr
