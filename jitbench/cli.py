@@ -52,7 +52,7 @@ Workload = Annotated[str, typer.Option("--workload", "-w", help="gpt or resnet."
 Size = Annotated[str | None, typer.Option(help="Model size by name (gpt: tiny/small/medium/gpt2; "
                                                 "resnet: resnet18/resnet50).")]
 Strategy = Annotated[str, typer.Option(help="jit, periodic:N or none.")]
-Nproc = Annotated[int, typer.Option("--nproc", help="Ranks (world size on this node).")]
+Nproc = Annotated[int, typer.Option("--nproc", help="Ranks per node.")]
 Steps = Annotated[int, typer.Option(help="Optimizer steps.")]
 Seed = Annotated[int, typer.Option(help="Seed for init, dropout, data order and random faults.")]
 Data = Annotated[str | None, typer.Option(help="Text file (gpt) or ImageFolder dir (resnet); "
@@ -106,6 +106,10 @@ def run(
     size: Size = None,
     strategy: Strategy = "jit",
     nproc: Nproc = 2,
+    nnodes: Annotated[int, typer.Option(help="Nodes (each runs this command; needs "
+                                             "--rdzv-endpoint and a shared --run-dir).")] = 1,
+    rdzv_endpoint: Annotated[str | None, typer.Option(help="HOST:PORT of the c10d rendezvous "
+                                                           "for several nodes.")] = None,
     steps: Steps = 60,
     seed: Seed = 0,
     data: Data = None,
@@ -137,7 +141,8 @@ def run(
         faults.append(FaultSpec(fault, fault_rank,
                                 fault_step if fault_step is not None
                                 else _default_fault_step(steps)))
-    spec = RunSpec(workload=wl, strategy=strategy, faults=faults, nproc=nproc,
+    spec = RunSpec(workload=wl, strategy=strategy, faults=faults, nproc=nproc, nnodes=nnodes,
+                   rdzv_endpoint=rdzv_endpoint,
                    max_restarts=max_restarts, hang_floor_s=hang_floor_s,
                    hang_factor=hang_factor, hang_first_s=hang_first_s,
                    deterministic_reduce=deterministic_reduce)
@@ -149,7 +154,7 @@ def run(
     from jitbench.harness.run import prepare_dir
     from jitbench.harness.run import run as run_spec
 
-    prepare_dir(run_dir, overwrite)
+    prepare_dir(run_dir, overwrite, spec)
     from jitbench.reports.table import summary_table
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -7,7 +7,8 @@ The harness starts the agent as a child process in its own session::
 
 ``--standalone`` lets the agent's c10d rendezvous store bind a port the OS
 picks (``localhost:0``), so parallel runs never collide. For several nodes,
-pass ``rdzv_endpoint`` (and ``nnodes``) instead: the same worker runs
+the spec carries ``rdzv_endpoint`` and ``nnodes``, every node runs the same
+spec with the run directory on a shared filesystem, and the worker runs
 unchanged. The agent restarts the whole worker group when one worker fails
 and SIGTERMs the survivors first (torch docs, "torchrun (Elastic Launch)").
 
@@ -44,12 +45,13 @@ class LaunchResult:
     log_path: Path | None = None
 
 
-def agent_command(spec: RunSpec, run_dir: Path, nnodes: str = "1",
-                  rdzv_endpoint: str | None = None) -> list[str]:
-    """The ``torch.distributed.run`` command line for a run."""
+def agent_command(spec: RunSpec, run_dir: Path) -> list[str]:
+    """The ``torch.distributed.run`` command line for a run (this node's agent)."""
     cmd = [sys.executable, "-m", "torch.distributed.run"]
-    if rdzv_endpoint:
-        cmd += ["--nnodes", nnodes, "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint]
+    if spec.rdzv_endpoint:
+        cmd += ["--nnodes", str(spec.nnodes), "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", spec.rdzv_endpoint, "--rdzv-id",
+                f"{spec.rdzv_id}-{run_dir.name}"]
     else:
         cmd += ["--standalone", "--nnodes", "1"]
     cmd += ["--nproc-per-node", str(spec.nproc), "--max-restarts", str(spec.max_restarts),

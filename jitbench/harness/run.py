@@ -53,12 +53,18 @@ class RunOutcome:
     reference: LaunchResult | None
 
 
-def prepare_dir(run_dir: Path, overwrite: bool = False) -> None:
+def prepare_dir(run_dir: Path, overwrite: bool = False, spec: RunSpec | None = None) -> None:
     """Create an empty run directory.
+
+    A multi-node spec may join a (shared) run directory whose ``spec.json`` is
+    the same spec: every node of the job runs ``jitbench run`` on it.
 
     Raises:
         RunDirError: it exists, is not empty, and ``overwrite`` is False.
     """
+    if spec is not None and spec.nnodes > 1 and (run_dir / "spec.json").exists():
+        if (run_dir / "spec.json").read_text() == spec.to_json():
+            return
     if run_dir.exists() and any(run_dir.iterdir()):
         if not overwrite:
             raise RunDirError(f"run directory {run_dir} exists and is not empty; "
@@ -186,7 +192,7 @@ def run(spec: RunSpec, run_dir: Path, reference: bool = True, overwrite: bool = 
         if ref_spec.to_json() != spec.without_faults().to_json():
             raise SpecError(f"{reference_from} is not a fault-free run of this spec")
         ref_dir = reference_from
-    prepare_dir(run_dir, overwrite)
+    prepare_dir(run_dir, overwrite, spec)
     cb = (lambda s: progress("run", s)) if progress else None
     res = execute(spec, run_dir, cb, timeout_s)
     ref = None

@@ -60,7 +60,14 @@ class RunSpec:
     """``jit``, ``none`` or ``periodic:N``."""
     faults: list[FaultSpec] = field(default_factory=list)
     nproc: int = 2
-    """Ranks per node (world size on one node)."""
+    """Ranks per node."""
+    nnodes: int = 1
+    """Nodes; each runs ``jitbench run`` with the same spec and ``rdzv_endpoint``."""
+    rdzv_endpoint: str | None = None
+    """``host:port`` of the c10d rendezvous for several nodes (None: standalone, a port
+    the OS picks)."""
+    rdzv_id: str = "jitbench"
+    """Rendezvous id shared by the nodes of one job."""
     backend: str = "gloo"
     """``gloo`` (CPU) or ``nccl`` (one GPU per rank)."""
     max_restarts: int = 3
@@ -84,7 +91,7 @@ class RunSpec:
 
     @property
     def world_size(self) -> int:
-        return self.nproc
+        return self.nproc * self.nnodes
 
     def runtime_config(self, ckpt_dir: str) -> RuntimeConfig:
         """The runtime settings of this spec."""
@@ -107,6 +114,12 @@ class RunSpec:
             raise SpecError(f"unknown backend {self.backend!r}; one of {', '.join(BACKENDS)}")
         if self.nproc < 1:
             raise SpecError(f"--nproc must be >= 1, got {self.nproc}")
+        if self.nnodes < 1:
+            raise SpecError(f"--nnodes must be >= 1, got {self.nnodes}")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise SpecError("several nodes need --rdzv-endpoint HOST:PORT")
+        if self.rdzv_endpoint and not re.fullmatch(r"[\w.\-\[\]:]+:\d+", self.rdzv_endpoint):
+            raise SpecError(f"--rdzv-endpoint must be HOST:PORT, got {self.rdzv_endpoint!r}")
         if self.workload.steps < 1:
             raise SpecError(f"--steps must be >= 1, got {self.workload.steps}")
         if self.workload.batch_size < 1 or self.workload.grad_accum < 1:
@@ -116,13 +129,13 @@ class RunSpec:
         for f in self.faults:
             if f.kind not in FAULTS:
                 raise SpecError(f"unknown fault {f.kind!r}; one of {', '.join(sorted(FAULTS))}")
-            if not 0 <= f.rank < self.nproc:
-                raise SpecError(f"fault rank {f.rank} is outside the world of {self.nproc} "
-                                f"ranks (0..{self.nproc - 1})")
+            if not 0 <= f.rank < self.world_size:
+                raise SpecError(f"fault rank {f.rank} is outside the world of {self.world_size} "
+                                f"ranks (0..{self.world_size - 1})")
             if not 1 <= f.step < self.workload.steps:
                 raise SpecError(f"fault step {f.step} must be in 1..{self.workload.steps - 1} "
                                 f"(the run has {self.workload.steps} steps)")
-        if self.faults and self.nproc < 2:
+        if self.faults and self.world_size < 2:
             raise SpecError("a fault needs at least 2 ranks (a survivor to save)")
 
     def to_json(self) -> str:
