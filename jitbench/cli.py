@@ -268,6 +268,39 @@ def model(
         raise typer.Exit(code)
 
 
+@app.command()
+def validate(
+    results: Annotated[Path, typer.Argument(help="A results directory (records.csv and "
+                                                 "failures.csv below it) or a records table.")],
+    strict: Annotated[bool, typer.Option(help="Exit 4 when a group is outside the "
+                                              "tolerance.")] = False,
+    as_json: Json = False,
+) -> None:
+    """Model-predicted vs measured wasted GPU time for measured fault campaigns."""
+    from jitbench.reports.validate import TOLERANCE_PCT, load_results, validation_table
+
+    try:
+        runs, failures = load_results(results)
+    except (FileNotFoundError, ValueError, OSError) as exc:
+        raise InputError(str(exc)) from exc
+    table = validation_table(runs, failures)
+    if as_json:
+        print(table.to_json(orient="records"))
+    else:
+        from rich.table import Table
+
+        t = Table(title=f"model vs measured wasted GPU-s (tolerance {TOLERANCE_PCT:.0f}%)")
+        for col in table.columns:
+            t.add_column(col, justify="right")
+        for _, row in table.iterrows():
+            t.add_row(*[f"{v:.2f}" if isinstance(v, float) else str(v) for v in row])
+        out.print(t)
+    if table.empty:
+        raise InputError(f"{results}: no run with a failure to validate against")
+    if strict and not table["within_tolerance"].all():
+        raise typer.Exit(EXIT_INCORRECT)
+
+
 def main() -> None:
     """Console-script entry point: maps errors to exit statuses, one line each."""
     try:
