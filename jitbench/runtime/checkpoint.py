@@ -9,15 +9,31 @@ Commit protocol (a part is visible only when complete):
 
 1. write ``<name>.pt.tmp`` and fsync it;
 2. rename it to ``<name>.pt`` and fsync the directory;
-3. write the manifest ``<name>.json.tmp`` (step, world size, kind, byte size,
-   SHA-256 of the file, shape and dtype of every tensor), fsync, rename to
-   ``<name>.json``, fsync the directory. The manifest's rename is the commit.
+3. write the manifest ``<name>.json.tmp`` (step, world size, kind, run id,
+   byte size, SHA-256 of the file, shape and dtype of every tensor), fsync,
+   rename to ``<name>.json``, fsync the directory. The manifest's rename is the
+   commit.
+
+A checkpoint of a step needs exactly one committed part (``parts_needed: 1``
+in the manifest): every part is a full copy of the replicated state, so there
+is no multi-part commit to coordinate. (A sharded or per-rank format would
+need a commit marker written after every part is durable; this format has
+none because it needs none.)
 
 Loading validates before trusting: the manifest must parse, the file size and
 SHA-256 must match, and the file is read with ``torch.load(weights_only=True)``
 (PyTorch docs, "torch.load": only tensors, primitive types and dicts are
-unpickled). Retention removes an old checkpoint only after a newer one has
-committed, and never the newest committed one.
+unpickled); the loaded tensors must then have the shapes and dtypes the
+manifest lists. Two kinds of bad part are told apart:
+
+- :class:`CheckpointCorrupt` (truncated, flipped bytes, unreadable, torn
+  manifest): restore skips it and falls back to the next older valid part;
+- :class:`CheckpointMismatch` (written by a job of another world size or
+  another run): restore refuses the whole directory, loudly, because training
+  on would silently continue someone else's job.
+
+Retention removes an old checkpoint only after a newer one has committed, and
+never the newest committed one.
 """
 
 from __future__ import annotations
@@ -34,12 +50,22 @@ from typing import Any
 
 import torch
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+FORMAT = "jitbench-replicated"
+"""Manifest ``format``: every part is a complete copy of the replicated state."""
 _PART_RE = re.compile(r"^(?P<kind>[a-z]+)_step(?P<step>\d{8})_rank(?P<rank>\d{5})\.json$")
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written, or a part failed validation."""
+
+
+class CheckpointCorrupt(CheckpointError):
+    """A committed part does not validate (truncated, corrupt, torn manifest): skip it."""
+
+
+class CheckpointMismatch(CheckpointError):
+    """A part belongs to another job (world size or run id differ): refuse the directory."""
 
 
 class CheckpointWriteError(CheckpointError):
@@ -112,7 +138,7 @@ def tensor_layout(obj: Any, prefix: str = "") -> dict[str, list]:
 
 
 def write_part(ckpt_dir: str | os.PathLike, kind: str, step: int, rank: int, world_size: int,
-               state: dict, meta: dict | None = None) -> Part:
+               state: dict, meta: dict | None = None, run_id: str = "") -> Part:
     """Serialise ``state`` and commit it as one checkpoint part.
 
     Args:
@@ -123,6 +149,7 @@ def write_part(ckpt_dir: str | os.PathLike, kind: str, step: int, rank: int, wor
         world_size: the job's world size (recorded; restore checks it).
         state: a nested dict of tensors and primitive values.
         meta: extra JSON-able fields for the manifest (e.g. the run's config).
+        run_id: identity of the training job (restore refuses parts of another).
 
     Returns:
         The committed :class:`Part`.
@@ -140,10 +167,10 @@ def write_part(ckpt_dir: str | os.PathLike, kind: str, step: int, rank: int, wor
     path = d / f"{stem}.pt"
     _write_durable(path, data)
     manifest = {
-        "manifest_version": MANIFEST_VERSION, "kind": kind, "step": step, "rank": rank,
-        "world_size": world_size, "bytes": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(), "tensors": tensor_layout(state),
-        "meta": meta or {},
+        "manifest_version": MANIFEST_VERSION, "format": FORMAT, "parts_needed": 1,
+        "kind": kind, "step": step, "rank": rank, "world_size": world_size, "run_id": run_id,
+        "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+        "tensors": tensor_layout(state), "torch": torch.__version__, "meta": meta or {},
     }
     mpath = d / f"{stem}.json"
     try:
@@ -172,61 +199,110 @@ def list_parts(ckpt_dir: str | os.PathLike) -> list[Part]:
     return parts
 
 
-def validate_part(part: Part, world_size: int | None = None) -> dict:
-    """Check a part against its manifest and return the manifest.
+def read_manifest(part: Part) -> dict:
+    """The parsed manifest of a part.
 
     Raises:
-        CheckpointError: unreadable manifest, size or SHA-256 mismatch, wrong
-            step, or a world size other than ``world_size``.
+        CheckpointCorrupt: unreadable or unparsable, or it names another part.
     """
     try:
         manifest = json.loads(part.manifest_path.read_text())
     except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{part.manifest_path.name}: unreadable manifest ({exc})") from exc
+        raise CheckpointCorrupt(f"{part.manifest_path.name}: unreadable manifest ({exc})") from exc
+    if not isinstance(manifest, dict):
+        raise CheckpointCorrupt(f"{part.manifest_path.name}: manifest is not an object")
     if manifest.get("step") != part.step or manifest.get("kind") != part.kind:
-        raise CheckpointError(f"{part.manifest_path.name}: manifest does not match its name")
-    if world_size is not None and manifest.get("world_size") != world_size:
-        raise CheckpointError(
-            f"{part.path.name}: written by a job of world size {manifest.get('world_size')},"
-            f" this job has {world_size}")
-    try:
-        data = part.path.read_bytes()
-    except OSError as exc:
-        raise CheckpointError(f"{part.path.name}: unreadable ({exc.strerror})") from exc
-    if len(data) != manifest.get("bytes"):
-        raise CheckpointError(f"{part.path.name}: {len(data)} bytes, manifest says "
-                              f"{manifest.get('bytes')} (truncated)")
-    if hashlib.sha256(data).hexdigest() != manifest.get("sha256"):
-        raise CheckpointError(f"{part.path.name}: SHA-256 mismatch (corrupt)")
+        raise CheckpointCorrupt(f"{part.manifest_path.name}: manifest does not match its name")
     return manifest
 
 
-def load_part(part: Part, world_size: int | None = None) -> tuple[dict, dict]:
-    """Validate and load one part; returns ``(state, manifest)``.
+def check_owner(part: Part, manifest: dict, world_size: int | None = None,
+                run_id: str | None = None) -> None:
+    """Refuse a part of another job.
 
     Raises:
-        CheckpointError: validation failed or the file does not unpickle under
-            ``weights_only=True``.
+        CheckpointMismatch: the manifest's world size or run id differ from the
+            given ones (None: not checked).
     """
-    manifest = validate_part(part, world_size)
+    if world_size is not None and manifest.get("world_size") != world_size:
+        raise CheckpointMismatch(
+            f"{part.path.name}: written by a job of world size {manifest.get('world_size')},"
+            f" this job has {world_size}")
+    if run_id is not None and manifest.get("run_id", "") != run_id:
+        raise CheckpointMismatch(
+            f"{part.path.name}: written by another run (run id {manifest.get('run_id')!r},"
+            f" this run is {run_id!r})")
+
+
+def validate_part(part: Part, world_size: int | None = None, run_id: str | None = None) -> dict:
+    """Check a part against its manifest and return the manifest.
+
+    Raises:
+        CheckpointCorrupt: unreadable manifest, size or SHA-256 mismatch, wrong step.
+        CheckpointMismatch: a world size other than ``world_size`` or a run id
+            other than ``run_id`` (None: not checked).
+    """
+    manifest = read_manifest(part)
+    check_owner(part, manifest, world_size, run_id)
+    try:
+        data = part.path.read_bytes()
+    except OSError as exc:
+        raise CheckpointCorrupt(f"{part.path.name}: unreadable ({exc.strerror})") from exc
+    if len(data) != manifest.get("bytes"):
+        raise CheckpointCorrupt(f"{part.path.name}: {len(data)} bytes, manifest says "
+                                f"{manifest.get('bytes')} (truncated)")
+    if hashlib.sha256(data).hexdigest() != manifest.get("sha256"):
+        raise CheckpointCorrupt(f"{part.path.name}: SHA-256 mismatch (corrupt)")
+    return manifest
+
+
+def load_part(part: Part, world_size: int | None = None,
+              run_id: str | None = None) -> tuple[dict, dict]:
+    """Validate and load one part; returns ``(state, manifest)``.
+
+    The file is read with ``weights_only=True`` and every tensor's shape and
+    dtype must equal the manifest's layout.
+
+    Raises:
+        CheckpointCorrupt: validation failed, the file does not unpickle under
+            ``weights_only=True``, or its tensors differ from the manifest.
+        CheckpointMismatch: see :func:`validate_part`.
+    """
+    manifest = validate_part(part, world_size, run_id)
     try:
         state = torch.load(part.path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unpickling error means "invalid"
-        raise CheckpointError(f"{part.path.name}: does not load ({exc})") from exc
+        raise CheckpointCorrupt(f"{part.path.name}: does not load ({exc})") from exc
+    if not isinstance(state, dict):
+        raise CheckpointCorrupt(f"{part.path.name}: holds a {type(state).__name__}, not a dict")
+    if "tensors" in manifest and tensor_layout(state) != manifest["tensors"]:
+        raise CheckpointCorrupt(f"{part.path.name}: tensor shapes/dtypes differ from the manifest")
     return state, manifest
 
 
 def newest_valid(ckpt_dir: str | os.PathLike, world_size: int | None = None,
-                 skipped: list[tuple[Part, str]] | None = None) -> tuple[Part, dict] | None:
+                 skipped: list[tuple[Part, str]] | None = None,
+                 run_id: str | None = None) -> tuple[Part, dict] | None:
     """The newest committed part that validates, or None.
 
-    Invalid parts are reported through ``skipped`` as ``(part, reason)`` so
+    Corrupt parts are reported through ``skipped`` as ``(part, reason)`` so
     the caller can say it fell back.
+
+    Raises:
+        CheckpointMismatch: any committed part belongs to another job (world
+            size or run id differ): the directory is not this job's.
     """
-    for part in list_parts(ckpt_dir):
+    parts = list_parts(ckpt_dir)
+    for part in parts:  # refuse a foreign directory before trusting any of it
         try:
-            return part, validate_part(part, world_size)
-        except CheckpointError as exc:
+            manifest = read_manifest(part)
+        except CheckpointCorrupt:
+            continue
+        check_owner(part, manifest, world_size, run_id)
+    for part in parts:
+        try:
+            return part, validate_part(part, world_size, run_id)
+        except CheckpointCorrupt as exc:
             if skipped is not None:
                 skipped.append((part, str(exc)))
     return None

@@ -20,11 +20,15 @@ holding the state of the last iteration boundary; the runtime saves that state
 *then*, exits so the elastic agent restarts the job, and on start restores the
 newest valid checkpoint, so at most one minibatch is re-executed per failure.
 
-What the runtime tracks per step (cheap: no tensor copies of parameters):
+What the runtime tracks per step (cheap: no tensor copies of parameters or
+optimizer moments):
 
 - ``compute`` phase (from :meth:`Runtime.step` entry to the optimizer's
-  pre-hook): parameters and optimizer state equal the last boundary; RNG
-  streams and model buffers (BatchNorm statistics) may already have moved, so
+  pre-hook): parameters and optimizer moments equal the last boundary; RNG
+  streams, model buffers (BatchNorm statistics), the LR scheduler, the AMP
+  grad scaler (``GradScaler.update`` runs after a *skipped* optimizer step, in
+  this phase), the optimizer's hyper-parameters (``param_groups``: lr, betas),
+  the data position and the user's extra state may already have moved, so
   their boundary values are snapshotted at every step end (a few KB).
 - ``mutating`` phase (optimizer pre-hook to step end): the state is changing;
   no save can happen; the main thread holds the state lock.
@@ -48,10 +52,28 @@ exits the process with :data:`EXIT_FAILURE_SAVED` or :data:`EXIT_FAILURE`):
 On gloo a blocked all-reduce cannot be aborted from the side (DESIGN.md,
 "Known traps"), so the saving thread ends the process itself with
 :func:`os._exit` after the checkpoint and the event log are durable.
+
+What a checkpoint holds (:data:`REQUIRED_KEYS`; JIT and periodic alike):
+``model`` (``state_dict``, buffers from the boundary), ``optimizer`` (all
+moments and step counts, hyper-parameters from the boundary), ``scheduler``,
+``scaler`` (``GradScaler.state_dict``: scale, growth tracker), ``rng``
+(python, numpy, torch CPU, every CUDA device), ``data`` (the workload's
+position: epoch, position in the epoch, micro-batch, and the sampler's
+configuration), ``step`` (optimizer steps completed) and ``extra``. Loading
+checks every key and fails with :class:`CheckpointError` naming what is
+missing (never a ``KeyError``).
+
+Restore order: model, optimizer, scheduler, scaler, data, extra; the RNG
+streams are set *at the start of the first step after the restore*
+(:meth:`Runtime.step`), so whatever the script does between
+:meth:`Runtime.restore` and its first step (building a data iterator draws a
+seed from the torch stream, a DataLoader's ``RandomSampler`` draws another)
+cannot shift any stream by a draw (field case C6).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 import select
@@ -107,6 +129,9 @@ class RuntimeConfig:
     """Watchdog tick (s)."""
     writer_ranks: str = "all"
     """Which survivors write a JIT part: ``all`` (every survivor its own copy)."""
+    run_id: str = ""
+    """Identity of the training job (e.g. a hash of its config), recorded in every
+    manifest; restore refuses a directory holding parts of another run id."""
 
 
 @dataclass
@@ -118,6 +143,7 @@ class _Registered:
     data_state: Callable[[int], dict] | None = None
     extra_state: Callable[[], dict] | None = None
     load_extra: Callable[[dict], None] | None = None
+    load_data: Callable[[dict], None] | None = None
 
 
 @dataclass
@@ -134,6 +160,8 @@ class RestoreResult:
     """``[name, reason]`` of newer parts that failed validation."""
     data: dict = field(default_factory=dict)
     """The data position saved with the state."""
+    rng_pending: bool = False
+    """The saved RNG streams are set at the start of the next :meth:`Runtime.step`."""
 
 
 def capture_rng() -> dict:
@@ -165,6 +193,27 @@ def restore_rng(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if state.get("cuda") and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def rng_digest() -> str:
+    """SHA-256 (hex, first 16 digits) of every RNG stream's state in this process.
+
+    Equal digests at the start of a step mean every stream (python, numpy,
+    torch CPU, CUDA) will produce the same draws; the harness records it per
+    step to check that a restore shifted no stream (field case C6).
+    """
+    import hashlib
+
+    st = capture_rng()
+    h = hashlib.sha256()
+    h.update(repr(st["python"]).encode())
+    n = st["numpy"]
+    h.update(n["key"].numpy().tobytes())
+    h.update(repr((n["bit_generator"], n["pos"], n["has_gauss"], n["gauss"])).encode())
+    h.update(st["torch"].numpy().tobytes())
+    for c in st["cuda"]:
+        h.update(c.numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 class Runtime:
@@ -200,7 +249,7 @@ class Runtime:
         self._fail_lock = threading.Lock()
         self._failing = False
         self._save_done = threading.Event()
-        self._phase = "boundary"
+        self._phase = "init"  # no JIT save before restore() has finished (nothing to lose yet)
         self._step = 0  # step in progress (compute/mutating) or last completed (boundary)
         self._completed = 0
         self._phase_since = time.monotonic()
@@ -208,8 +257,10 @@ class Runtime:
         self._step_times: deque[float] = deque(maxlen=50)
         self._prior_step_s: float | None = None
         self._snapshot: dict | None = None
+        self._pending_rng: dict | None = None
         self._stop = threading.Event()
         self._checks: list[Callable[[], str | None]] = []
+        self._prev_signals: tuple | None = None
         self._install_signals()
         self._watchdog = threading.Thread(target=self._watch, name="jitbench-watchdog",
                                           daemon=True)
@@ -219,7 +270,8 @@ class Runtime:
     def register(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None,
                  scaler: Any = None, data_state: Callable[[int], dict] | None = None,
                  extra_state: Callable[[], dict] | None = None,
-                 load_extra: Callable[[dict], None] | None = None) -> None:
+                 load_extra: Callable[[dict], None] | None = None,
+                 load_data: Callable[[dict], None] | None = None) -> None:
         """Hand the runtime the training state.
 
         Args:
@@ -227,13 +279,16 @@ class Runtime:
             optimizer: saved with all moments and step counts; its step pre-hook
                 marks the start of the ``mutating`` phase.
             scheduler: LR scheduler (``state_dict``/``load_state_dict``), optional.
-            scaler: AMP ``GradScaler``, optional.
+            scaler: AMP ``GradScaler``, optional (a disabled one saves ``{}``).
             data_state: ``f(completed_steps) -> dict`` data-loader position (epoch,
                 position, micro-batch) after that many steps.
             extra_state / load_extra: user state to save and to load back.
+            load_data: ``f(saved_data_state)`` positions (or checks) the data
+                loader on restore; it raises if the saved position cannot be
+                honoured (e.g. another batch size), which fails the restore.
         """
         self.reg = _Registered(model, optimizer, scheduler, scaler, data_state, extra_state,
-                               load_extra)
+                               load_extra, load_data)
         optimizer.register_step_pre_hook(self._on_optimizer_step)
         self._snapshot = self._take_snapshot()
 
@@ -246,13 +301,15 @@ class Runtime:
         r, w = os.pipe()
         os.set_blocking(w, False)
         self._wake_r = r
+        self._wake_w = w
         try:
-            signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+            prev_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
             # A Python-level handler keeps SIGTERM from killing the process at
             # once; the C handler also writes the signal number to the pipe,
             # which the watchdog thread reads even while the main thread is
             # blocked in a collective.
-            signal.signal(signal.SIGTERM, lambda *_: None)
+            prev_term = signal.signal(signal.SIGTERM, lambda *_: None)
+            self._prev_signals = (prev_fd, prev_term)
         except ValueError:  # not the main thread: signals stay as they are
             pass
 
@@ -276,6 +333,9 @@ class Runtime:
         self._end(step, info)
 
     def _begin(self, step: int) -> None:
+        if self._pending_rng is not None:  # deferred from restore(): nothing can shift it now
+            restore_rng(self._pending_rng)
+            self._pending_rng = None
         self.events.emit("step", "begin", step=step)
         self._step = step
         self._phase_since = time.monotonic()
@@ -296,7 +356,7 @@ class Runtime:
             self._state_lock.acquire()
             self._holds_state_lock = True
         try:
-            self._snapshot = self._take_snapshot()
+            self._snapshot = self._take_snapshot(step=step)
             self._completed = step
             self._step_times.append(dur)
             self._phase = "boundary"
@@ -309,31 +369,64 @@ class Runtime:
                 and step % self.config.interval == 0):
             self.save_periodic(step)
 
-    def _take_snapshot(self) -> dict:
-        m = self.reg.model
+    def _take_snapshot(self, rng: dict | None = None, step: int | None = None) -> dict:
+        """Boundary copies of everything small that a step may change outside the
+        optimizer step (see the module docstring): RNG, buffers, scheduler,
+        scaler, optimizer hyper-parameters, data position, extra state."""
+        r = self.reg
+        m = r.model
+        step = self._completed if step is None else step
         buffers = {}
         if m is not None:
             for name, b in m.named_buffers():
                 buffers[name] = b.detach().clone()
-        return {"rng": capture_rng(), "buffers": buffers}
+        groups = None
+        if r.optimizer is not None:
+            groups = [copy.deepcopy({k: v for k, v in g.items() if k != "params"})
+                      for g in r.optimizer.param_groups]
+        return {
+            "rng": rng if rng is not None else capture_rng(),
+            "buffers": buffers,
+            "param_groups": groups,
+            "scheduler": (copy.deepcopy(r.scheduler.state_dict())
+                          if r.scheduler is not None else None),
+            "scaler": copy.deepcopy(r.scaler.state_dict()) if r.scaler is not None else None,
+            "data": copy.deepcopy(r.data_state(step)) if r.data_state else {},
+            "extra": copy.deepcopy(r.extra_state()) if r.extra_state else {},
+            "step": step,
+        }
 
     # ---------------------------------------------------------- checkpoints
     def _state(self, step: int, snapshot: dict) -> dict:
+        """The complete checkpoint state at the boundary after ``step``."""
         r = self.reg
+        if snapshot.get("step", step) != step:
+            raise ckpt.CheckpointError(f"snapshot of step {snapshot.get('step')} saved as {step}")
         model_sd = dict(r.model.state_dict())
         for name, b in snapshot["buffers"].items():
             if name in model_sd:
                 model_sd[name] = b
+        opt_sd = r.optimizer.state_dict()
+        if snapshot.get("param_groups") is not None:
+            opt_sd["param_groups"] = [{**hp, "params": g["params"]} for hp, g in
+                                      zip(snapshot["param_groups"], opt_sd["param_groups"],
+                                          strict=True)]
         return {
             "model": model_sd,
-            "optimizer": r.optimizer.state_dict(),
-            "scheduler": r.scheduler.state_dict() if r.scheduler is not None else None,
-            "scaler": r.scaler.state_dict() if r.scaler is not None else None,
+            "optimizer": opt_sd,
+            "scheduler": snapshot["scheduler"],
+            "scaler": snapshot["scaler"],
             "rng": snapshot["rng"],
-            "data": r.data_state(step) if r.data_state else {},
+            "data": snapshot["data"],
             "step": step,
-            "extra": r.extra_state() if r.extra_state else {},
+            "extra": snapshot["extra"],
         }
+
+    def boundary_state(self) -> dict:
+        """The complete state at the last iteration boundary (what a checkpoint
+        holds; tensors are live references, copy them before the next step, e.g.
+        with :func:`jitbench.runtime.staging.stage_for_async_save`)."""
+        return self._state(self._completed, self._snapshot)
 
     def _meta(self) -> dict:
         opt_keys = sorted({k for s in self.reg.optimizer.state.values() for k in s})
@@ -345,7 +438,8 @@ class Runtime:
         self.events.emit("save", "begin", kind=kind, step=step, durable=True)
         try:
             part = ckpt.write_part(self.config.ckpt_dir, kind, step, self.rank, self.world_size,
-                                   self._state(step, snapshot), self._meta())
+                                   self._state(step, snapshot), self._meta(),
+                                   run_id=self.config.run_id)
         except ckpt.CheckpointWriteError as exc:
             self.events.emit("save", "end", kind=kind, step=step, ok=False, error=str(exc),
                              errno=exc.errno, durable=True)
@@ -382,70 +476,110 @@ class Runtime:
     def restore(self) -> RestoreResult:
         """Load the newest valid checkpoint into the registered objects.
 
-        Rank 0 chooses the part and broadcasts its name so every rank loads the
-        same step (survivors may have saved different steps). RNG streams are
-        restored last, so nothing drawn during restore shifts them.
+        Rank 0 chooses the part and broadcasts its name (or its refusal) so
+        every rank loads the same step (survivors may have saved different
+        steps) or every rank fails alike. Corrupt parts are skipped for older
+        valid ones; a directory holding parts of another job (world size, run
+        id) is refused. The RNG streams are set at the start of the next
+        :meth:`step`, so nothing the script draws in between shifts them.
 
         Returns:
             A :class:`RestoreResult` (``step == 0``: fresh start).
 
         Raises:
-            CheckpointError: the chosen part lacks a required key or an
-                optimizer state key (a partial or foreign checkpoint).
+            CheckpointError: the directory belongs to another job, or the chosen
+                part lacks a required key, an optimizer moment, a scheduler or
+                scaler state the registered objects need, or does not fit the
+                model / optimizer / data loader (one line naming what).
         """
         self.events.emit("restore", "begin", durable=True)
+        self._phase = "init"
         t0 = time.monotonic()
         res = RestoreResult()
-        choice: list = [None, []]
+        choice: list = [None, [], None]
         if self.config.strategy != "none" and self.rank == 0:
             skipped: list = []
-            found = ckpt.newest_valid(self.config.ckpt_dir, self.world_size, skipped)
-            choice = [found[0].path.name if found else None,
-                      [[p.path.name, why] for p, why in skipped]]
+            try:
+                found = ckpt.newest_valid(self.config.ckpt_dir, self.world_size, skipped,
+                                          run_id=self.config.run_id)
+                choice = [found[0].path.name if found else None,
+                          [[p.path.name, why] for p, why in skipped], None]
+            except ckpt.CheckpointError as exc:
+                choice = [None, [], str(exc)]
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.broadcast_object_list(choice, src=0)
-        name, res.skipped = choice
-        if name is not None:
-            part = next(p for p in ckpt.list_parts(self.config.ckpt_dir) if p.path.name == name)
-            state, manifest = ckpt.load_part(part, self.world_size)
-            self._apply(state, manifest)
-            res.step, res.kind, res.source, res.data = part.step, part.kind, name, state["data"]
-            self._completed = self._step = part.step
-            self._prior_step_s = manifest.get("meta", {}).get("median_step_s")
-        self._snapshot = self._take_snapshot()
+        name, res.skipped, refusal = choice
+        try:
+            if refusal is not None:
+                raise ckpt.CheckpointMismatch(
+                    f"checkpoint directory {self.config.ckpt_dir} is not this job's: {refusal}")
+            if name is not None:
+                part = next((p for p in ckpt.list_parts(self.config.ckpt_dir)
+                             if p.path.name == name), None)
+                if part is None:
+                    raise ckpt.CheckpointError(f"{name}: chosen by rank 0 but not visible here")
+                state, manifest = ckpt.load_part(part, self.world_size, self.config.run_id)
+                self._apply(state, manifest, part.step)
+                res.step, res.kind, res.source, res.data = part.step, part.kind, name, state["data"]
+                res.rng_pending = True
+                self._prior_step_s = manifest.get("meta", {}).get("median_step_s")
+                snap = self._take_snapshot(rng=state["rng"], step=part.step)
+                with self._state_lock:
+                    self._completed = self._step = part.step
+                    self._pending_rng = state["rng"]
+                    self._snapshot = snap
+            else:
+                self._snapshot = self._take_snapshot(step=0)
+        except ckpt.CheckpointError as exc:
+            self.events.emit("restore", "end", ok=False, error=str(exc)[:500],
+                             dur_s=time.monotonic() - t0, durable=True)
+            raise
+        self._phase, self._phase_since = "boundary", time.monotonic()
         self.events.emit("restore", "end", step=res.step, kind=res.kind, source=res.source,
                          skipped=res.skipped, dur_s=time.monotonic() - t0, durable=True)
         return res
 
-    def _apply(self, state: dict, manifest: dict) -> None:
-        missing = [k for k in REQUIRED_KEYS if k not in state]
-        if missing:
-            raise ckpt.CheckpointError(f"checkpoint lacks {', '.join(missing)}")
+    def _apply(self, state: dict, manifest: dict, step: int) -> None:
+        """Check ``state`` against the registered objects, then load it (RNG excluded).
+
+        Raises:
+            CheckpointError: what is missing or does not fit, in one line.
+        """
+        check_state(state, manifest, step, self.reg)
         r = self.reg
-        want = manifest.get("meta", {}).get("optimizer_state_keys", [])
-        for idx, pstate in state["optimizer"].get("state", {}).items():
-            lack = [k for k in want if k not in pstate]
-            if lack:
-                raise ckpt.CheckpointError(
-                    f"optimizer state of parameter {idx} lacks {', '.join(lack)}")
-        r.model.load_state_dict(state["model"], strict=True)
-        r.optimizer.load_state_dict(state["optimizer"])
-        if r.scheduler is not None:
-            r.scheduler.load_state_dict(state["scheduler"])
-        if r.scaler is not None and state["scaler"] is not None:
-            r.scaler.load_state_dict(state["scaler"])
-        if r.load_extra is not None:
-            r.load_extra(state["extra"])
-        restore_rng(state["rng"])
+        where = "model"
+        try:
+            r.model.load_state_dict(state["model"], strict=True)
+            where = "optimizer"
+            r.optimizer.load_state_dict(state["optimizer"])
+            if r.scheduler is not None:
+                where = "scheduler"
+                r.scheduler.load_state_dict(state["scheduler"])
+            if r.scaler is not None:
+                where = "scaler"
+                r.scaler.load_state_dict(state["scaler"])
+            if r.load_data is not None:
+                where = "data position"
+                r.load_data(state["data"])
+            if r.load_extra is not None:
+                where = "extra state"
+                r.load_extra(state["extra"])
+        except ckpt.CheckpointError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a state that does not fit is a bad checkpoint
+            msg = " ".join(str(exc).split())[:300]
+            raise ckpt.CheckpointError(
+                f"checkpoint of step {step} does not fit the {where}: {type(exc).__name__}: "
+                f"{msg}") from exc
 
     def finish(self, final_state_path: str | None = None) -> None:
-        """End of training: optionally write the final model+optimizer state
-        (rank 0), meet at a barrier, stop the watchdog and emit ``done``."""
+        """End of training: optionally write the final state (rank 0; the same
+        complete state a checkpoint holds, for the bitwise ``state_equal``
+        oracle), meet at a barrier, stop the watchdog and emit ``done``."""
         self._phase, self._phase_since = "checkpoint", time.monotonic()
         if final_state_path and self.rank == 0:
-            state = {"model": self.reg.model.state_dict(),
-                     "optimizer": self.reg.optimizer.state_dict(), "step": self._completed}
-            ckpt._write_durable(_as_path(final_state_path), _to_bytes(state))
+            ckpt._write_durable(_as_path(final_state_path),
+                                _to_bytes(self._state(self._completed, self._snapshot)))
         try:
             if torch.distributed.is_available() and torch.distributed.is_initialized():
                 torch.distributed.barrier()
@@ -454,6 +588,27 @@ class Runtime:
         self._phase = "done"
         self._stop.set()
         self.events.emit("done", step=self._completed, durable=True)
+
+    def close(self) -> None:
+        """Stop the watchdog and give back SIGTERM and the wakeup fd (idempotent).
+
+        For scripts and tests that go on after training in the same process;
+        a worker that exits after :meth:`finish` need not call it.
+        """
+        self._phase = "done"
+        self._stop.set()
+        if self._watchdog.is_alive() and threading.current_thread() is not self._watchdog:
+            self._watchdog.join(timeout=2 * self.config.poll_s + 1)
+        if self._prev_signals is not None and threading.current_thread() is threading.main_thread():
+            prev_fd, prev_term = self._prev_signals
+            self._prev_signals = None
+            signal.set_wakeup_fd(prev_fd)
+            signal.signal(signal.SIGTERM, prev_term if prev_term is not None else signal.SIG_DFL)
+            for fd in (self._wake_r, self._wake_w):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     # -------------------------------------------------------------- failure
     def _median_step(self) -> float | None:
@@ -508,7 +663,8 @@ class Runtime:
         try:
             self.events.emit("failure", trigger=trigger, in_phase=phase, step=self._step,
                              completed=self._completed, durable=True, **info)
-            if save and self.config.strategy == "jit" and self.reg.model is not None:
+            if (save and self.config.strategy == "jit" and self.reg.model is not None
+                    and phase != "init"):  # before restore() ends there is nothing new to save
                 code = self._save_jit(phase)
         except BaseException as exc:  # noqa: BLE001 - the process must still exit
             self.events.emit("error", where="failure handling", error=repr(exc)[:500])
@@ -544,6 +700,61 @@ class Runtime:
             self.events.close()
         finally:
             os._exit(code)
+
+
+def check_state(state: dict, manifest: dict, step: int, reg: _Registered) -> None:
+    """Refuse a loaded checkpoint state that is not complete for the registered objects.
+
+    Checks every key of :data:`REQUIRED_KEYS`, the RNG streams, the step, that
+    a registered scheduler / enabled scaler / data loader has its saved state,
+    and that every parameter's optimizer state holds every moment the
+    manifest lists (and every moment any other parameter holds).
+
+    Raises:
+        CheckpointError: one line naming what is missing.
+    """
+    if not isinstance(state, dict):
+        raise ckpt.CheckpointError(f"checkpoint of step {step} is not a dict")
+    missing = [k for k in REQUIRED_KEYS if k not in state]
+    if missing:
+        raise ckpt.CheckpointError(f"checkpoint of step {step} lacks {', '.join(missing)}")
+    if state["step"] != step:
+        raise ckpt.CheckpointError(f"checkpoint file of step {step} holds step {state['step']}")
+    rng = state["rng"]
+    lack = [k for k in ("python", "numpy", "torch") if not isinstance(rng, dict) or k not in rng]
+    if lack:
+        raise ckpt.CheckpointError(f"checkpoint of step {step} lacks the RNG stream(s) "
+                                   f"{', '.join(lack)}")
+    opt = state["optimizer"]
+    if not isinstance(opt, dict) or "state" not in opt or "param_groups" not in opt:
+        raise ckpt.CheckpointError(f"checkpoint of step {step}: optimizer state lacks "
+                                   "state/param_groups")
+    want = set(manifest.get("meta", {}).get("optimizer_state_keys", []))
+    for pstate in opt["state"].values():
+        want |= set(pstate)
+    if want and not opt["state"]:
+        raise ckpt.CheckpointError(f"checkpoint of step {step}: optimizer state is empty, the "
+                                   f"manifest lists {', '.join(sorted(want))}")
+    for idx, pstate in opt["state"].items():
+        lack = sorted(want - set(pstate))
+        if lack:
+            raise ckpt.CheckpointError(
+                f"checkpoint of step {step}: optimizer state of parameter {idx} lacks "
+                f"{', '.join(lack)}")
+    if reg.scheduler is not None and not isinstance(state["scheduler"], dict):
+        raise ckpt.CheckpointError(f"checkpoint of step {step} has no LR scheduler state "
+                                   "but a scheduler is registered")
+    scaler_on = reg.scaler is not None and getattr(reg.scaler, "is_enabled", lambda: True)()
+    saved_scaler = state["scaler"] or {}
+    if scaler_on and "scale" not in saved_scaler:
+        raise ckpt.CheckpointError(f"checkpoint of step {step} has no grad-scaler state "
+                                   "but an enabled GradScaler is registered")
+    if not scaler_on and saved_scaler:
+        raise ckpt.CheckpointError(f"checkpoint of step {step} holds grad-scaler state but "
+                                   "no enabled GradScaler is registered (an AMP run's "
+                                   "checkpoint)")
+    if (reg.data_state is not None or reg.load_data is not None) and not state["data"]:
+        raise ckpt.CheckpointError(f"checkpoint of step {step} has no data position")
 
 
 def _is_collective_error(exc: BaseException) -> bool:

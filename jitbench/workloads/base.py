@@ -18,6 +18,7 @@ rank's. Only the data differs per rank, and that comes from
 from __future__ import annotations
 
 import abc
+import contextlib
 from dataclasses import dataclass, field
 
 import torch
@@ -80,6 +81,8 @@ class PositionedSampler:
                  world_size: int, seed: int) -> None:
         self.batch_size = batch_size
         self.grad_accum = grad_accum
+        self.num_samples = num_samples
+        self.rank, self.world_size, self.seed = rank, world_size, seed
         self._sampler = DistributedSampler(
             range(num_samples), num_replicas=world_size, rank=rank, shuffle=True, seed=seed,
             drop_last=True)
@@ -95,6 +98,41 @@ class PositionedSampler:
         """(epoch, position within the epoch) of a 1-based step's micro-batch."""
         q = (step - 1) * self.grad_accum + micro
         return q // self.batches_per_epoch, q % self.batches_per_epoch
+
+    def state(self, completed_steps: int) -> dict:
+        """Where the data stands after ``completed_steps`` optimizer steps (for checkpoints).
+
+        ``epoch`` and ``position`` (micro-batches into the epoch) of the next
+        micro-batch, ``micro`` (its index in the accumulation window; always 0
+        at an optimizer-step boundary), ``micro_batches_done`` (global
+        micro-batch count), and the sampler's configuration, so a checkpoint is
+        never resumed with another batch size, accumulation, world or shuffle.
+        The same on every rank (no rank in it): any survivor's part restores all.
+        """
+        q = completed_steps * self.grad_accum
+        return {"step": completed_steps, "epoch": q // self.batches_per_epoch,
+                "position": q % self.batches_per_epoch, "micro": 0, "micro_batches_done": q,
+                "grad_accum": self.grad_accum, "batch_size": self.batch_size,
+                "num_samples": self.num_samples, "world_size": self.world_size,
+                "seed": self.seed,
+                "batches_per_epoch": self.batches_per_epoch}
+
+    def check_state(self, saved: dict) -> None:
+        """Check that a saved data position is where this sampler would be.
+
+        The sampler is positioned by the global step (nothing to seek); what
+        can go wrong is a checkpoint taken under another configuration.
+
+        Raises:
+            DataError: a field differs (names it) or the state is malformed.
+        """
+        try:
+            want = self.state(int(saved["step"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"saved data position is malformed ({exc!r})") from exc
+        diff = [f"{k} {saved.get(k)!r} (now {v!r})" for k, v in want.items() if saved.get(k) != v]
+        if diff:
+            raise DataError("saved data position differs: " + ", ".join(diff))
 
     def ids(self, step: int, micro: int = 0) -> list[int]:
         """Dataset indices of a 1-based step's micro-batch on this rank."""
@@ -114,6 +152,12 @@ class Workload(abc.ABC):
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     sampler: PositionedSampler
+    scaler: torch.amp.GradScaler | None = None
+    """AMP grad scaler (None without mixed precision); checkpointed with the state."""
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Context for the forward pass (mixed precision when the workload uses it)."""
+        return contextlib.nullcontext()
 
     @abc.abstractmethod
     def batch(self, step: int, micro: int = 0) -> Batch:
@@ -125,8 +169,12 @@ class Workload(abc.ABC):
 
     def data_state(self, step: int) -> dict:
         """Data-loader position after ``step`` completed steps (saved in checkpoints)."""
-        epoch, pos = self.sampler.position(step + 1, 0)
-        return {"epoch": epoch, "position": pos, "micro": 0}
+        return self.sampler.state(step)
+
+    def load_data_state(self, saved: dict) -> None:
+        """Position the data loader from a checkpoint (here: check it, see
+        :meth:`PositionedSampler.check_state`). Raises :class:`DataError`."""
+        self.sampler.check_state(saved)
 
     def describe(self) -> dict:
         """A JSON-able description for the run spec and checkpoints."""
