@@ -16,6 +16,7 @@ call the harness. Exit statuses (also in README.md):
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -67,7 +68,8 @@ def _main(debug: Annotated[bool, typer.Option(help="Show tracebacks of internal 
     _debug["on"] = debug
 
 
-def _check_data(workload: str, data: str | None) -> None:
+def _check_data(workload: str, data: str | None, wl: WorkloadConfig | None = None,
+                nproc: int = 1) -> None:
     if data is None:
         return
     p = Path(data)
@@ -82,11 +84,27 @@ def _check_data(workload: str, data: str | None) -> None:
                     raise InputError(f"data path {data} is empty")
         except OSError as exc:
             raise InputError(f"data path {data} is unreadable: {exc.strerror}") from exc
+        if wl is not None:  # enough text for one window and one global minibatch
+            from jitbench.workloads.base import PositionedSampler
+            from jitbench.workloads.gpt import DEFAULT_SIZE, SIZES
+            from jitbench.workloads.text import ByteWindows, read_text
+
+            try:
+                windows = ByteWindows(read_text(p, int(wl.extra.get("max_bytes", 2_000_000))),
+                                      SIZES[wl.size or DEFAULT_SIZE].block_size)
+                PositionedSampler(windows.num_samples, wl.batch_size, wl.grad_accum, 0, nproc,
+                                  wl.seed)
+            except DataError as exc:
+                raise InputError(f"data path {data}: {exc}") from exc
     elif workload == "resnet":
         from jitbench.workloads.images import load_images
 
         try:
-            load_images(str(p), 32)
+            images = load_images(str(p), 32)
+            if wl is not None:
+                from jitbench.workloads.base import PositionedSampler
+
+                PositionedSampler(len(images), wl.batch_size, wl.grad_accum, 0, nproc, wl.seed)
         except DataError as exc:
             raise InputError(str(exc)) from exc
 
@@ -123,6 +141,14 @@ def run(
                                                      "known (s).")] = 30.0,
     deterministic_reduce: Annotated[bool, typer.Option(help="Rank-ordered gradient sum "
                                                             "(bitwise across restarts).")] = True,
+    amp: Annotated[str, typer.Option(help="gpt mixed precision: off, bf16 (autocast) or fp16 "
+                                          "(autocast + GradScaler).")] = "off",
+    schedule: Annotated[str | None, typer.Option(help="gpt LR schedule: warmup-cosine or "
+                                                      "step-decay (x0.5 per epoch).")] = None,
+    ckpt_dir: Annotated[Path | None, typer.Option(help="Checkpoint directory (default "
+                                                       "RUN_DIR/ckpt); an existing one must "
+                                                       "hold this same training's checkpoints "
+                                                       "and the run resumes from it.")] = None,
     reference: Annotated[bool, typer.Option(help="Also run without the fault and compare "
                                                  "final states.")] = True,
     run_dir: RunDir = None,
@@ -132,8 +158,16 @@ def run(
     as_json: Json = False,
 ) -> None:
     """Train a workload under a checkpointing strategy, inject a fault, measure recovery."""
+    extra: dict = {}
+    if amp != "off" or schedule is not None:
+        if workload != "gpt":
+            raise InputError("--amp and --schedule apply to the gpt workload only")
+        if amp != "off":
+            extra["amp"] = amp
+        if schedule is not None:
+            extra["schedule"] = schedule
     wl = WorkloadConfig(name=workload, size=size, data=data, batch_size=batch_size,
-                        grad_accum=grad_accum, steps=steps, seed=seed)
+                        grad_accum=grad_accum, steps=steps, seed=seed, extra=extra)
     faults = []
     if fault != "none":
         if fault not in FAULTS:
@@ -145,10 +179,14 @@ def run(
                    rdzv_endpoint=rdzv_endpoint,
                    max_restarts=max_restarts, hang_floor_s=hang_floor_s,
                    hang_factor=hang_factor, hang_first_s=hang_first_s,
-                   deterministic_reduce=deterministic_reduce)
+                   deterministic_reduce=deterministic_reduce,
+                   ckpt_dir=str(ckpt_dir.resolve()) if ckpt_dir is not None else None)
     spec.validate()
-    _check_data(workload, data)
     _check_size(workload, size)
+    _check_data(workload, data, wl, spec.world_size)
+    from jitbench.harness.run import check_ckpt_dir
+
+    check_ckpt_dir(spec)
     if run_dir is None:
         run_dir = Path("runs") / time.strftime(f"%Y%m%d-%H%M%S-{workload}-{fault}")
     from jitbench.harness.run import prepare_dir
@@ -180,6 +218,13 @@ def run(
     if s.get("interrupted"):
         _line(f"interrupted; records kept in {run_dir}")
         raise typer.Exit(EXIT_INTERRUPTED)
+    if s.get("error_kind") in ("checkpoint", "input") and not s["completed"]:
+        _line(f"error: {s['error']} (records kept in {run_dir})")
+        raise typer.Exit(EXIT_INPUT)
+    if s.get("timed_out"):
+        _line(f"error: the run was stopped after --timeout-s {timeout_s:g} s; see "
+              f"{run_dir / 'agent.log'}")
+        raise typer.Exit(EXIT_RUN_FAILED)
     if not s["completed"]:
         _line(f"error: the job did not complete (agent exit {s['agent_exit']}, "
               f"{s['attempts']} attempts); see {run_dir / 'agent.log'}")
@@ -301,8 +346,19 @@ def validate(
         raise typer.Exit(EXIT_INCORRECT)
 
 
+def _on_sigterm(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
-    """Console-script entry point: maps errors to exit statuses, one line each."""
+    """Console-script entry point: maps errors to exit statuses, one line each.
+
+    SIGTERM is handled like Ctrl-C: workers are stopped, records kept, exit 130.
+    """
+    try:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (embedded use)
+        pass
     try:
         app(standalone_mode=False)
     except (InputError, SpecError, DataError) as exc:

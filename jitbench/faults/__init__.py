@@ -16,12 +16,17 @@ __all__ = ["FAULTS", "Fault", "FaultSpec", "Injector", "make_fault"]
 
 
 def make_fault(spec: FaultSpec) -> Fault:
-    """The live fault for a spec.
+    """The live fault for a spec; ``spec.params["at"]`` moves it to another
+    injection point (``step``, ``collective``, ``micro:<m>``: before micro-batch
+    ``m`` of the accumulation window).
 
     Raises:
         ValueError: unknown fault kind.
     """
     try:
-        return FAULTS[spec.kind](spec)
+        fault = FAULTS[spec.kind](spec)
     except KeyError:
         raise ValueError(f"unknown fault {spec.kind!r}; one of {', '.join(sorted(FAULTS))}") from None
+    if spec.params.get("at"):
+        fault.point = str(spec.params["at"])
+    return fault

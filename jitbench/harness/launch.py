@@ -14,18 +14,28 @@ and SIGTERMs the survivors first (torch docs, "torchrun (Elastic Launch)").
 
 While the agent runs, the harness follows rank 0's event file to drive a
 progress callback. Ctrl-C or SIGTERM to the harness is passed to the agent as
-SIGTERM (it stops every worker); what was recorded stays on disk.
+SIGTERM (it stops every worker, which save a JIT checkpoint on the way out);
+what was recorded stays on disk. Further signals during that stop are held
+back until the stop and the records are done.
+
+No process outlives a launch: the agent is started with
+``prctl(PR_SET_PDEATHSIG, SIGTERM)`` (it stops its workers if the harness
+dies), so are the workers (torch starts them in sessions of their own, so a
+SIGKILLed agent would leave them running), and after the agent has exited the
+harness SIGKILLs any process still carrying this run directory on its command
+line (:func:`run_processes`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +53,8 @@ class LaunchResult:
     interrupted: bool = False
     """The harness was interrupted (Ctrl-C/SIGTERM) and stopped the agent."""
     log_path: Path | None = None
+    timed_out: bool = False
+    """The launch ran past ``timeout_s`` and the harness stopped the agent."""
 
 
 def agent_command(spec: RunSpec, run_dir: Path) -> list[str]:
@@ -84,6 +96,28 @@ def _rank0_progress(events_dir: Path, offsets: dict, state: dict) -> None:
             state["attempt"] = ev["attempt"]
 
 
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent dies
+    (``prctl(PR_SET_PDEATHSIG)``); exit at once if the parent is already gone.
+
+    The agent's workers run in sessions of their own, so a SIGKILLed agent
+    would leave them running; with this they get SIGTERM, save (JIT) and exit.
+    A no-op off Linux.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    ppid = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != ppid:  # the parent died before prctl took effect
+        os.kill(os.getpid(), sig)
+
+
 def launch(spec: RunSpec, run_dir: Path, progress: Callable[[dict], None] | None = None,
            timeout_s: float | None = None) -> LaunchResult:
     """Run the spec (already written to ``run_dir/spec.json``) to completion.
@@ -97,15 +131,17 @@ def launch(spec: RunSpec, run_dir: Path, progress: Callable[[dict], None] | None
     Returns:
         A :class:`LaunchResult`; the agent's output is in ``run_dir/agent.log``.
     """
+    run_dir = Path(run_dir).resolve()  # workers are found by this exact argument
     log_path = run_dir / "agent.log"
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(spec.threads_per_rank))
     env["PYTHONUNBUFFERED"] = "1"
     t0 = time.monotonic()
-    interrupted = False
+    interrupted = timed_out = False
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(agent_command(spec, run_dir), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                preexec_fn=die_with_parent)
         offsets: dict = {}
         state: dict = {"step": 0, "attempt": 0}
         prev_term = signal.getsignal(signal.SIGTERM)
@@ -124,23 +160,57 @@ def launch(spec: RunSpec, run_dir: Path, progress: Callable[[dict], None] | None
                     _rank0_progress(run_dir / "events", offsets, state)
                     progress(dict(state))
                 if timeout_s is not None and time.monotonic() - t0 > timeout_s:
-                    interrupted = True
-                    stop_agent(proc)
+                    timed_out = True
+                    with held_signals(reraise=False):
+                        stop_agent(proc, run_dir)
                     break
         except KeyboardInterrupt:
             interrupted = True
-            stop_agent(proc)
+            with held_signals(reraise=False):
+                stop_agent(proc, run_dir)
         finally:
+            with held_signals(reraise=False) as got:
+                if proc.poll() is None:  # an error in the loop itself: never leave it running
+                    stop_agent(proc, run_dir)
+                reap(run_dir)
+            interrupted = interrupted or bool(got)
             if prev_term is not None:
                 signal.signal(signal.SIGTERM, prev_term)
         if progress is not None:
             _rank0_progress(run_dir / "events", offsets, state)
             progress(dict(state))
-    return LaunchResult(proc.wait(), time.monotonic() - t0, interrupted, log_path)
+    return LaunchResult(proc.wait(), time.monotonic() - t0, interrupted, log_path, timed_out)
 
 
-def stop_agent(proc: subprocess.Popen, grace_s: float = 40.0) -> None:
-    """SIGTERM the agent (it stops its workers), then SIGKILL its whole session."""
+@contextlib.contextmanager
+def held_signals(reraise: bool = True) -> Iterator[list[int]]:
+    """Hold SIGINT and SIGTERM back inside the block (cleanup must finish).
+
+    Yields the list of signals that arrived; after the block, one that
+    arrived is raised as :class:`KeyboardInterrupt` if ``reraise``. In a
+    non-main thread (signals cannot be handled there) it does nothing.
+    """
+    import threading
+
+    got: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield got
+        return
+    prev = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in prev:
+        signal.signal(s, lambda signum, frame: got.append(signum))
+    try:
+        yield got
+    finally:
+        for s, h in prev.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+    if got and reraise:
+        raise KeyboardInterrupt
+
+
+def stop_agent(proc: subprocess.Popen, run_dir: Path | None = None, grace_s: float = 40.0) -> None:
+    """SIGTERM the agent (it stops its workers), then SIGKILL its session and
+    any process of the run still alive (:func:`reap`)."""
     try:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=grace_s)
@@ -152,3 +222,47 @@ def stop_agent(proc: subprocess.Popen, grace_s: float = 40.0) -> None:
         except (ProcessLookupError, PermissionError):
             pass
         proc.wait()
+        if run_dir is not None:
+            reap(run_dir)
+
+
+def run_processes(run_dir: str | Path) -> list[tuple[int, list[str]]]:
+    """Live processes (pid, argv) whose command line holds ``run_dir`` as an argument.
+
+    Reads ``/proc/<pid>/cmdline`` (Linux); the agent and every worker of a run
+    carry its absolute run directory. Zombies (exited, not yet reaped) count
+    as gone.
+    """
+    target = str(Path(run_dir).resolve())
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+            continue
+        args = [a.decode(errors="replace") for a in argv if a]
+        if target in args:
+            out.append((int(d.name), args))
+    return out
+
+
+def reap(run_dir: str | Path, grace_s: float = 5.0) -> list[int]:
+    """SIGTERM, then SIGKILL, every process still running for ``run_dir``; returns their pids."""
+    pids = [p for p, _ in run_processes(run_dir)]
+    if not pids:
+        return []
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and run_processes(run_dir):
+        time.sleep(0.1)
+    for p, _ in run_processes(run_dir):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, signal.SIGKILL)
+    return pids

@@ -221,6 +221,68 @@ def sample_streams(run_dir: str | Path) -> dict[int, dict[int, list[int]]]:
     return out
 
 
+def executions(run_dir: str | Path) -> dict[int, list[dict]]:
+    """Every completed step execution per rank, in time order (across attempts):
+    ``{rank: [step-end event, ...]}`` (a replayed step appears once per execution)."""
+    out: dict[int, list[dict]] = defaultdict(list)
+    for e in read_events(Path(run_dir) / "events"):
+        if e["event"] == "step" and e["phase"] == "end":
+            out[e["rank"]].append(e)
+    return dict(out)
+
+
+def stream_violations(run_dir: str | Path, reference_dir: str | Path, steps: int,
+                      max_replay: int) -> list[str]:
+    """Check the *raw* sample-id stream of a run against its fault-free reference.
+
+    Per rank, the executed steps in time order must be the reference's steps
+    1..``steps`` with, at each restart, a rewind of at most ``max_replay``
+    steps (the replayed minibatches) and never a skip; every execution of a
+    step must consume the reference's sample ids and micro-batch indices and
+    start from the reference's RNG state (``rng`` digest, when recorded).
+
+    Returns:
+        One line per violation (empty: the stream is the reference's except at
+        most ``max_replay`` replayed minibatches per failure).
+    """
+    ref = {r: {e["step"]: e for e in evs} for r, evs in executions(reference_dir).items()}
+    run = executions(run_dir)
+    out: list[str] = []
+    if not ref:
+        return ["reference recorded no steps"]
+    if sorted(run) != sorted(ref):
+        out.append(f"ranks {sorted(run)} recorded steps, reference ranks {sorted(ref)}")
+    for rank, evs in sorted(run.items()):
+        done = 0  # highest step completed so far on this rank
+        prev = None
+        for e in evs:
+            s = e["step"]
+            want = ref.get(rank, {}).get(s)
+            if want is None:
+                out.append(f"rank {rank}: step {s} is not in the reference")
+                continue
+            for key in ("sample_ids", "micro", "rng"):
+                if key in want and e.get(key) != want[key]:
+                    out.append(f"rank {rank} step {s} (attempt {e['attempt']}): {key} differs "
+                               "from the reference")
+            if prev is not None and e["attempt"] == prev["attempt"] and s != prev["step"] + 1:
+                out.append(f"rank {rank}: step {s} follows step {prev['step']} in one attempt")
+            if prev is None and s != 1:
+                out.append(f"rank {rank}: first executed step is {s}, not 1")
+            if prev is not None and e["attempt"] != prev["attempt"]:
+                if s > done + 1:
+                    out.append(f"rank {rank}: attempt {e['attempt']} starts at step {s}, "
+                               f"skipping from {done}")
+                elif done - (s - 1) > max_replay:
+                    out.append(f"rank {rank}: attempt {e['attempt']} replays {done - (s - 1)} "
+                               f"steps (allowed {max_replay})")
+            done = max(done, s)
+            prev = e
+        if done != steps:
+            out.append(f"rank {rank}: last completed step {done}, expected {steps}")
+    return out
+
+
 def sample_stream_equal(run_dir: str | Path, reference_dir: str | Path) -> bool:
     """The run consumed the reference's samples at every step on every rank
     (re-executed steps count once: the replayed minibatch is the allowed difference)."""

@@ -31,8 +31,10 @@ import torch
 
 import jitbench
 from jitbench.harness import metrics
-from jitbench.harness.launch import LaunchResult, launch
+from jitbench.harness.launch import LaunchResult, held_signals, launch
 from jitbench.harness.spec import RunSpec, SpecError
+from jitbench.runtime import checkpoint as ckpt
+from jitbench.runtime.events import read_events
 
 SUMMARY_VERSION = 1
 SUMMARY_KEYS = ("detect_s", "save_s", "restart_s", "restore_s", "replayed_steps", "recovery_s",
@@ -60,19 +62,58 @@ def prepare_dir(run_dir: Path, overwrite: bool = False, spec: RunSpec | None = N
     the same spec: every node of the job runs ``jitbench run`` on it.
 
     Raises:
-        RunDirError: it exists, is not empty, and ``overwrite`` is False.
+        RunDirError: it exists and is not empty (and ``overwrite`` is False),
+            it is not a directory, or it cannot be created.
     """
+    run_dir = Path(run_dir)
     if spec is not None and spec.nnodes > 1 and (run_dir / "spec.json").exists():
         if (run_dir / "spec.json").read_text() == spec.to_json():
             return
-    if run_dir.exists() and any(run_dir.iterdir()):
-        if not overwrite:
-            raise RunDirError(f"run directory {run_dir} exists and is not empty; "
-                              "pass another --run-dir or --overwrite")
-        import shutil
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"run directory {run_dir} exists and is not a directory")
+    try:
+        if run_dir.exists() and any(run_dir.iterdir()):
+            if not overwrite:
+                raise RunDirError(f"run directory {run_dir} exists and is not empty; "
+                                  "pass another --run-dir or --overwrite")
+            import shutil
 
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunDirError(f"cannot create run directory {run_dir}: "
+                          f"{exc.strerror or exc}") from exc
+
+
+def check_ckpt_dir(spec: RunSpec) -> None:
+    """Refuse a ``spec.ckpt_dir`` that is not a directory of this training's checkpoints.
+
+    Never modifies the directory. An absent or empty one is fine (it is
+    created); one with committed parts must match the spec's world size and
+    :meth:`RunSpec.fingerprint` (the same workload, data, batch, steps, seed).
+
+    Raises:
+        SpecError: one line naming the first mismatch.
+    """
+    if spec.ckpt_dir is None:
+        return
+    d = Path(spec.ckpt_dir)
+    if d.exists() and not d.is_dir():
+        raise SpecError(f"checkpoint directory {d} is not a directory")
+    try:
+        parts = ckpt.list_parts(d)
+    except OSError as exc:
+        raise SpecError(f"checkpoint directory {d} is unreadable: {exc.strerror}") from exc
+    for part in parts:
+        try:
+            manifest = ckpt.read_manifest(part)
+        except ckpt.CheckpointCorrupt:
+            continue  # restore skips it
+        try:
+            ckpt.check_owner(part, manifest, spec.world_size, spec.fingerprint())
+        except ckpt.CheckpointMismatch as exc:
+            raise SpecError(f"checkpoint directory {d} holds another job's checkpoints: "
+                            f"{exc}") from exc
 
 
 def machine_fingerprint() -> dict:
@@ -141,11 +182,29 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
         summary["reference_step_s"] = rm.step_s
         summary["reference_wall_s"] = ref.wall_s
         summary["reference_dir"] = str(ref_dir)
+    summary.update(worker_error(run_dir))
     summary["failures"] = [asdict(f) for f in fails]
     summary["code_version"] = code_version()
     summary["machine"] = machine_fingerprint()
     summary["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     return summary
+
+
+WORKER_ERRORS = {77: "checkpoint", 78: "input"}
+"""Worker exit statuses that mean bad input rather than a failed job (see worker.py)."""
+
+
+def worker_error(run_dir: Path) -> dict:
+    """``error``/``error_kind`` of the last attempt's first worker ``error`` event
+    (``checkpoint``: another job's checkpoint directory; ``input``: unusable data
+    or options), or Nones."""
+    errs = [e for e in read_events(run_dir / "events") if e["event"] == "error"
+            and e.get("code") in WORKER_ERRORS]
+    if not errs:
+        return {"error": None, "error_kind": None}
+    last = max(e["attempt"] for e in errs)
+    first = next(e for e in errs if e["attempt"] == last)
+    return {"error": first["error"], "error_kind": WORKER_ERRORS[first["code"]]}
 
 
 def write_records(summary: dict, run_dir: Path) -> None:
@@ -179,10 +238,17 @@ def run(spec: RunSpec, run_dir: Path, reference: bool = True, overwrite: bool = 
             compare against instead of running the reference again (sweeps
             share one reference per spec).
 
+    A Ctrl-C or SIGTERM stops the launch in progress (its workers save and
+    exit), skips the reference, and still writes the summary and records with
+    ``interrupted: true``; signals that arrive while they are written are held
+    back until they are written.
+
     Raises:
-        SpecError: invalid spec or run directory (nothing is started).
+        SpecError: invalid spec, run directory or checkpoint directory (nothing
+            is started).
     """
     spec.validate()
+    check_ckpt_dir(spec)
     ref_dir = None
     if reference_from is not None:
         try:
@@ -198,11 +264,15 @@ def run(spec: RunSpec, run_dir: Path, reference: bool = True, overwrite: bool = 
     ref = None
     if reference_from is not None:
         ref = LaunchResult(0, 0.0, False, reference_from / "agent.log")
-    elif reference and not res.interrupted:
+    elif reference and not res.interrupted and not res.timed_out:
         cbr = (lambda s: progress("reference", s)) if progress else None
         ref = execute(spec.without_faults(), run_dir / "reference", cbr, timeout_s)
-    summary = summarize(spec, run_dir, res, ref, ref_dir)
-    if ref is not None and ref.interrupted:
-        summary["interrupted"] = True
-    write_records(summary, run_dir)
+    with held_signals(reraise=False) as got:
+        summary = summarize(spec, run_dir, res, ref, ref_dir)
+        summary["timed_out"] = res.timed_out or bool(ref is not None and ref.timed_out)
+        if ref is not None and ref.interrupted:
+            summary["interrupted"] = True
+        write_records(summary, run_dir)
+        if got:  # a signal while the records were written: they are complete, say so
+            summary["interrupted"] = True
     return RunOutcome(summary, run_dir, res, ref)

@@ -6,6 +6,7 @@ read back by every worker, so a run is reproducible from its spec.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass, field
@@ -82,7 +83,11 @@ class RunSpec:
     threads_per_rank: int = 1
     """torch intra-op threads per rank."""
     save_final_state: bool = True
-    """Rank 0 writes the final model+optimizer state (for ``state_equal``)."""
+    """Rank 0 writes the final state (for ``state_equal``)."""
+    ckpt_dir: str | None = None
+    """Checkpoint directory; None: ``RUN_DIR/ckpt``. An existing one must hold
+    checkpoints of this same training (see :meth:`fingerprint`); the run resumes
+    from its newest valid checkpoint."""
     version: int = SPEC_VERSION
 
     @property
@@ -93,12 +98,24 @@ class RunSpec:
     def world_size(self) -> int:
         return self.nproc * self.nnodes
 
+    def fingerprint(self) -> str:
+        """Identity of the training this spec performs (16 hex digits of a SHA-256).
+
+        Covers what determines the trained state: the workload config (model,
+        data, batch, accumulation, steps, seed, options), world size, backend
+        and the reduction. Not the strategy, faults or detection settings:
+        every checkpoint of a training with the same fingerprint fits it.
+        """
+        ident = {"workload": asdict(self.workload), "world_size": self.world_size,
+                 "backend": self.backend, "deterministic_reduce": self.deterministic_reduce}
+        return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
     def runtime_config(self, ckpt_dir: str) -> RuntimeConfig:
         """The runtime settings of this spec."""
         st = Strategy.parse(self.strategy)
         return RuntimeConfig(strategy=st.name, interval=st.interval, ckpt_dir=ckpt_dir,
                              hang_floor_s=self.hang_floor_s, hang_factor=self.hang_factor,
-                             hang_first_s=self.hang_first_s)
+                             hang_first_s=self.hang_first_s, run_id=self.fingerprint())
 
     def validate(self) -> None:
         """Check every field.
@@ -135,8 +152,19 @@ class RunSpec:
             if not 1 <= f.step < self.workload.steps:
                 raise SpecError(f"fault step {f.step} must be in 1..{self.workload.steps - 1} "
                                 f"(the run has {self.workload.steps} steps)")
+            at = f.params.get("at")
+            if at is not None and not _valid_point(str(at), self.workload.grad_accum):
+                raise SpecError(f"fault {f.id}: injection point {at!r} is not step, collective "
+                                f"or micro:M with M in 0..{self.workload.grad_accum - 1}")
         if self.faults and self.world_size < 2:
             raise SpecError("a fault needs at least 2 ranks (a survivor to save)")
+        if self.workload.name == "gpt":
+            from jitbench.workloads.gpt import check_extra
+
+            try:
+                check_extra(self.workload.extra)
+            except ValueError as exc:
+                raise SpecError(str(exc)) from exc
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -156,4 +184,12 @@ class RunSpec:
         """The same spec, fault-free (the reference run)."""
         d = asdict(self)
         d["faults"] = []
+        d["ckpt_dir"] = None
         return RunSpec.from_dict(d)
+
+
+def _valid_point(at: str, grad_accum: int) -> bool:
+    if at in ("step", "collective"):
+        return True
+    m = re.fullmatch(r"micro:(\d+)", at)
+    return bool(m) and int(m[1]) < grad_accum

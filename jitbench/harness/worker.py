@@ -9,10 +9,25 @@ from the agent's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 The process group is built on the agent's TCPStore wrapped in a
 ``PrefixStore`` keyed by the attempt, so a restarted attempt never reads a
 peer address left by the previous one (DESIGN.md, "Known traps").
+
+Per step the worker records in the step's end event: ``loss``, ``lr``,
+``sample_ids`` (this rank's dataset indices in order), ``micro`` (the global
+micro-batch indices ``(step - 1) * grad_accum + m`` accumulated into this
+optimizer step), ``rng`` (:func:`~jitbench.runtime.jit.rng_digest` at the
+start of the step, after any deferred RNG restore) and ``scale`` (the AMP
+loss scale, with fp16). Injection points: ``step`` (start of a step),
+``micro:<m>`` (before micro-batch ``m`` of the accumulation window) and
+``collective`` (the first gradient collective of a step).
+
+Exit statuses besides the runtime's 75/76: :data:`EXIT_BAD_CHECKPOINT` (77,
+the checkpoint directory is another job's or a part does not fit) and
+:data:`EXIT_BAD_INPUT` (78, the data or a workload option is unusable); the
+reason is in an ``error`` event.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import sys
@@ -25,11 +40,26 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from jitbench.faults import Injector, make_fault
+from jitbench.harness.launch import die_with_parent
 from jitbench.harness.spec import RunSpec
 from jitbench.runtime import reduce
+from jitbench.runtime.checkpoint import CheckpointError
 from jitbench.runtime.events import EventLog, events_path
-from jitbench.runtime.jit import Runtime
-from jitbench.workloads import build_workload
+from jitbench.runtime.jit import Runtime, rng_digest
+from jitbench.workloads import DataError, build_workload
+
+EXIT_BAD_CHECKPOINT = 77
+"""The checkpoint directory belongs to another job, or a checkpoint does not fit."""
+EXIT_BAD_INPUT = 78
+"""The workload's data or options are unusable."""
+
+
+def _give_up(events: EventLog, code: int, where: str, exc: BaseException) -> int:
+    events.emit("error", where=where, error=f"{type(exc).__name__}: {exc}"[:500], code=code,
+                durable=True)
+    events.emit("exit", code=code, durable=True)
+    events.close()
+    os._exit(code)
 
 
 def _store(attempt: int, timeout_s: float) -> dist.Store:
@@ -48,14 +78,16 @@ def _seed_everything(seed: int) -> None:
 
 
 def main(argv: list[str]) -> int:
+    die_with_parent()  # the agent gone (SIGKILLed): SIGTERM us, so we save and exit
     run_dir = Path(argv[0])
     spec = RunSpec.load(run_dir / "spec.json")
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
     events = EventLog(events_path(run_dir / "events", attempt, rank), rank, attempt)
-    events.emit("process", "point", world_size=world, durable=True)
-    rt = Runtime(spec.runtime_config(str(run_dir / "ckpt")), events, rank, world)
+    events.emit("process", "point", world_size=world, master_port=os.environ.get("MASTER_PORT"),
+                durable=True)
+    rt = Runtime(spec.runtime_config(spec.ckpt_dir or str(run_dir / "ckpt")), events, rank, world)
 
     events.emit("init", "begin")
     torch.set_num_threads(spec.threads_per_rank)
@@ -68,7 +100,10 @@ def main(argv: list[str]) -> int:
     dist.init_process_group(spec.backend, store=_store(attempt, spec.pg_timeout_s), rank=rank,
                             world_size=world, timeout=timedelta(seconds=spec.pg_timeout_s))
     _seed_everything(spec.workload.seed)
-    wl = build_workload(spec.workload, rank, world, device)
+    try:
+        wl = build_workload(spec.workload, rank, world, device)
+    except (DataError, ValueError) as exc:
+        _give_up(events, EXIT_BAD_INPUT, "workload", exc)
     model = DDP(wl.model, device_ids=[local_rank] if spec.backend == "nccl" else None)
     injector = Injector([make_fault(f) for f in spec.faults], rank, attempt,
                         run_dir / "faults_fired", events)
@@ -83,32 +118,44 @@ def main(argv: list[str]) -> int:
         return hook(state, bucket)
 
     model.register_comm_hook(None, comm_hook)
-    rt.register(wl.model, wl.optimizer, wl.scheduler, data_state=wl.data_state)
+    scaler = wl.scaler
+    rt.register(wl.model, wl.optimizer, wl.scheduler, scaler=scaler, data_state=wl.data_state,
+                load_data=wl.load_data_state)
     events.emit("init", "end", workload=wl.describe())
 
-    res = rt.restore()
+    try:
+        res = rt.restore()
+    except CheckpointError as exc:
+        _give_up(events, EXIT_BAD_CHECKPOINT, "restore", exc)
     accum = spec.workload.grad_accum
     for step in range(res.step + 1, spec.steps + 1):
         with rt.step(step) as info:
+            info["rng"] = rng_digest()  # after the deferred RNG restore, before any draw
             injector.step = step
             injector.at("step", step)
             ids: list[int] = []
+            micros: list[int] = []
             loss_sum = 0.0
             for micro in range(accum):
+                injector.at(f"micro:{micro}", step)
                 batch = wl.batch(step, micro)
                 ids.extend(batch.sample_ids)
-                if micro < accum - 1:
-                    with model.no_sync():
-                        loss = wl.loss(model, batch) / accum
-                        loss.backward()
-                else:
+                micros.append((step - 1) * accum + micro)
+                # gradients are all-reduced only in the window's last backward
+                with model.no_sync() if micro < accum - 1 else contextlib.nullcontext():
                     loss = wl.loss(model, batch) / accum
-                    loss.backward()
+                    (scaler.scale(loss) if scaler is not None else loss).backward()
                 loss_sum += loss.item()
-            wl.optimizer.step()
+            if scaler is not None:
+                scaler.step(wl.optimizer)  # skipped (no optimizer step) if a gradient overflowed
+                scaler.update()
+                info["scale"] = scaler.get_scale() if scaler.is_enabled() else None
+            else:
+                wl.optimizer.step()
             wl.optimizer.zero_grad(set_to_none=True)
             wl.scheduler.step()
-            info.update(loss=loss_sum, lr=wl.scheduler.get_last_lr()[0], sample_ids=ids)
+            info.update(loss=loss_sum, lr=wl.scheduler.get_last_lr()[0], sample_ids=ids,
+                        micro=micros)
     rt.finish(str(run_dir / "final" / "state.pt") if spec.save_final_state else None)
     dist.destroy_process_group()
     events.emit("exit", code=0, durable=True)

@@ -1,0 +1,209 @@
+"""Random fault campaigns and the invariants every recovered run must keep.
+
+A *campaign* is one run of a small workload with several faults (kind, rank,
+step, injection point) drawn at random, checked against the fault-free run
+of the same spec. The invariants (issue 5, "Nothing lost"):
+
+- ``completed``: every rank finished the last step;
+- ``state``: the final state (model, optimizer moments and step counts, LR
+  scheduler, grad scaler, every RNG stream, data position) is bitwise the
+  reference's (``max_abs_diff == 0``);
+- ``stream``: per rank, the executed sample ids, micro-batch indices and
+  start-of-step RNG digests are the reference's, except one replayed
+  minibatch per failure (``periodic:N``: at most N; ``none``: all);
+- ``replay``: JIT replays at most one step per failure and restores a JIT part;
+- ``faults``: every planned fault fired exactly once and caused exactly one
+  restart; the milestones of each recovery come in order (fault, failure,
+  save, restart, restore, step);
+- ``orphans`` / ``ports``: afterwards no process of the run is alive and no
+  socket of it listens (the agent's store port included);
+- ``bound``: the run ended within its time bound.
+
+:func:`check` returns the violations as lines (empty: the run kept every
+invariant). Property tests draw campaigns with hypothesis; :func:`random_campaign`
+draws one from a seeded :class:`random.Random` for use without it.
+
+Fault kinds come from :data:`CAMPAIGN_KINDS`, overridable with the
+environment variable ``JITBENCH_CAMPAIGN_KINDS`` (comma-separated names of
+:data:`jitbench.faults.FAULTS`), so a new recoverable kind joins the
+campaigns by name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jitbench.faults import FAULTS, FaultSpec
+from jitbench.harness import metrics
+from jitbench.harness.launch import run_processes
+from jitbench.harness.spec import RunSpec, Strategy
+from jitbench.runtime.events import read_events
+
+CAMPAIGN_KINDS: tuple[str, ...] = ("kill", "nccl-hang")
+"""Fault kinds drawn by default: recoverable, one failure each, no parameters."""
+
+
+def campaign_kinds() -> tuple[str, ...]:
+    """The kinds campaigns draw from (``$JITBENCH_CAMPAIGN_KINDS`` or :data:`CAMPAIGN_KINDS`).
+
+    Raises:
+        ValueError: a name that is not a registered fault.
+    """
+    env = os.environ.get("JITBENCH_CAMPAIGN_KINDS", "")
+    kinds = tuple(k.strip() for k in env.split(",") if k.strip()) or CAMPAIGN_KINDS
+    unknown = [k for k in kinds if k not in FAULTS]
+    if unknown:
+        raise ValueError(f"unknown campaign fault kind(s) {unknown}; one of {sorted(FAULTS)}")
+    return kinds
+
+
+def injection_points(grad_accum: int) -> list[str]:
+    """Points a campaign fault may fire at: the gradient collective, and with
+    accumulation the start of each micro-batch (``micro:0`` is the window
+    boundary, ``micro:m`` for ``m > 0`` is mid-window)."""
+    return ["collective"] + ([f"micro:{m}" for m in range(grad_accum)] if grad_accum > 1 else [])
+
+
+@dataclass
+class Campaign:
+    """Faults for one run; every fault hits a distinct step (a step's failure
+    always leaves a survivor to save)."""
+
+    faults: list[FaultSpec] = field(default_factory=list)
+    strategy: str = "jit"
+
+    def describe(self) -> str:
+        return f"{self.strategy}: " + ", ".join(
+            f"{f.kind}@rank{f.rank}:step{f.step}" + (f"/{f.params['at']}" if f.params.get("at")
+                                                     else "") for f in self.faults)
+
+    def apply(self, base: RunSpec) -> RunSpec:
+        """``base`` with this campaign's faults, strategy and a restart budget for them."""
+        d = RunSpec.from_dict(json.loads(base.to_json()))
+        d.faults = [FaultSpec(f.kind, f.rank, f.step, params=dict(f.params)) for f in self.faults]
+        d.strategy = self.strategy
+        d.max_restarts = max(base.max_restarts, len(self.faults) + 1)
+        return d
+
+
+def random_campaign(rng: random.Random, steps: int, nproc: int = 2, grad_accum: int = 1,
+                    max_faults: int = 3, strategies: tuple[str, ...] = ("jit",)) -> Campaign:
+    """Draw a campaign: 1..``max_faults`` faults at distinct steps in 1..steps-1."""
+    kinds = campaign_kinds()
+    n = rng.randint(1, min(max_faults, steps - 1))
+    points = injection_points(grad_accum)
+    faults = []
+    for step in sorted(rng.sample(range(1, steps), n)):
+        at = rng.choice(points)
+        faults.append(FaultSpec(rng.choice(kinds), rng.randrange(nproc), step,
+                                params={} if at == "collective" else {"at": at}))
+    return Campaign(faults, rng.choice(strategies))
+
+
+def max_replay(strategy: str, steps: int) -> int:
+    """Replayed steps allowed per failure: 1 (jit), N (periodic:N), all (none)."""
+    st = Strategy.parse(strategy)
+    return {"jit": 1, "periodic": st.interval, "none": steps}[st.name]
+
+
+def listening_sockets() -> dict[int, set[str]]:
+    """``{port: {socket inode, ...}}`` of TCP sockets in LISTEN state (IPv4 and IPv6)."""
+    out: dict[int, set[str]] = {}
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(name).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) > 9 and f[3] == "0A":
+                out.setdefault(int(f[1].rsplit(":", 1)[1], 16), set()).add(f[9])
+    return out
+
+
+def socket_owners(inodes: set[str]) -> list[tuple[int, list[str]]]:
+    """Processes (pid, argv) holding one of the socket inodes."""
+    targets = {f"socket:[{i}]" for i in inodes}
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            links = {os.readlink(fd) for fd in (d / "fd").iterdir()}
+            argv = [a.decode(errors="replace") for a in (d / "cmdline").read_bytes().split(b"\0")
+                    if a]
+        except OSError:
+            continue
+        if links & targets:
+            out.append((int(d.name), argv))
+    return out
+
+
+def leaked_ports(run_dir: str | Path) -> list[str]:
+    """Store ports of the run's attempts that a process of this run still listens on."""
+    run_dir = Path(run_dir).resolve()
+    ports = {int(e["master_port"]) for e in read_events(run_dir / "events")
+             if e["event"] == "process" and e.get("master_port")}
+    listening = listening_sockets()
+    out = []
+    for port in sorted(ports & set(listening)):
+        mine = [p for p, argv in socket_owners(listening[port]) if str(run_dir) in argv]
+        if mine:
+            out.append(f"port {port} still listened on by pid(s) {mine}")
+    return out
+
+
+def expected_order(strategy: str, n_failures: int) -> list[str]:
+    """Recovery milestones :func:`metrics.event_order` must return."""
+    one = ["fault", "failure", "save", "restart", "restore", "step"]
+    if Strategy.parse(strategy).name != "jit":
+        one.remove("save")
+    return one * n_failures
+
+
+def check(summary: dict, spec: RunSpec, run_dir: str | Path, reference_dir: str | Path,
+          bound_s: float) -> list[str]:
+    """Every invariant of the module docstring; returns one line per violation."""
+    run_dir = Path(run_dir)
+    v: list[str] = []
+    if not summary.get("completed"):
+        v.append(f"completed: the run did not complete (agent exit {summary.get('agent_exit')}, "
+                 f"{summary.get('attempts')} attempts)")
+    if summary.get("timed_out") or (summary.get("wall_s") or 0) > bound_s:
+        v.append(f"bound: the run took {summary.get('wall_s', 0):.1f} s, bound {bound_s:.0f} s")
+    if summary.get("completed"):
+        if summary.get("state_equal") is not True or summary.get("max_abs_diff") != 0.0:
+            v.append(f"state: final state differs from the reference "
+                     f"(max_abs_diff {summary.get('max_abs_diff')})")
+        v += ["stream: " + x for x in metrics.stream_violations(
+            run_dir, reference_dir, spec.steps, max_replay(spec.strategy, spec.steps))]
+    allowed = max_replay(spec.strategy, spec.steps)
+    for f in summary.get("failures", []):
+        if f.get("replayed_steps") is None or f["replayed_steps"] > allowed:
+            v.append(f"replay: failure at step {f['fault_step']} replayed "
+                     f"{f.get('replayed_steps')} steps (allowed {allowed})")
+        if spec.strategy == "jit" and f.get("restored_kind") != "jit":
+            v.append(f"replay: failure at step {f['fault_step']} restored "
+                     f"{f.get('restored_kind')!r}, not a JIT part")
+    evs = read_events(run_dir / "events")
+    fired = sorted(e["fault_id"] for e in evs if e["event"] == "fault")
+    planned = sorted(f.id for f in spec.faults)
+    if fired != planned:
+        v.append(f"faults: fired {fired}, planned {planned}")
+    if summary.get("completed"):
+        if summary.get("num_failures") != len(planned) or summary.get("attempts") != len(planned) + 1:
+            v.append(f"faults: {summary.get('num_failures')} failures in "
+                     f"{summary.get('attempts')} attempts for {len(planned)} faults")
+        order = metrics.event_order(run_dir)
+        if order != expected_order(spec.strategy, len(planned)):
+            v.append(f"faults: recovery milestones {order}")
+    alive = run_processes(run_dir)
+    if alive:
+        v.append(f"orphans: {len(alive)} process(es) of the run alive: "
+                 f"{[p for p, _ in alive]}")
+    v += ["ports: " + x for x in leaked_ports(run_dir)]
+    return v
