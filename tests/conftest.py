@@ -42,3 +42,109 @@ def jitbench_processes() -> list[str]:
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     return [line for line in out.splitlines()
             if "jitbench.harness.worker" in line and str(os.getpid()) not in line.split()[0]]
+
+
+# ----------------------------------------------------------------- in-process runtime
+class Trainer:
+    """One in-process rank (world size 1, no process group) of a GPT workload
+    under the runtime, for unit tests of checkpoint contents and restore order.
+
+    ``records`` holds, per executed step: ``loss`` (float), ``lr``, ``rng`` (the
+    start-of-step digest) and whatever ``on_step(trainer, step)`` returns.
+    Call :meth:`close` (or use it as a context manager) to give back signals.
+    """
+
+    def __init__(self, ckpt_dir, steps: int = 30, strategy: str = "periodic", interval: int = 0,
+                 run_id: str = "unit", **wl_kw) -> None:
+        import torch
+
+        from jitbench.runtime.events import EventLog
+        from jitbench.runtime.jit import Runtime, RuntimeConfig
+        from jitbench.workloads import WorkloadConfig, build_workload
+
+        extra = {"max_bytes": 20_000, **wl_kw.pop("extra", {})}
+        self.cfg = WorkloadConfig(name="gpt", size="tiny", steps=steps,
+                                  batch_size=wl_kw.pop("batch_size", 2), extra=extra, **wl_kw)
+        torch.set_num_threads(1)
+        _seed(self.cfg.seed)
+        self.wl = build_workload(self.cfg, 0, 1, torch.device("cpu"))
+        self.ckpt_dir = Path(ckpt_dir)
+        self.events = EventLog(self.ckpt_dir.parent / f"events-{id(self)}.jsonl", 0, 0)
+        conf = RuntimeConfig(strategy=strategy, interval=interval if strategy == "periodic" else 0,
+                             ckpt_dir=str(ckpt_dir), hang_first_s=600, hang_floor_s=600,
+                             sync_bound_s=600, run_id=run_id)
+        if strategy == "periodic" and interval < 1:
+            conf.interval = 10**9  # saves only through save()
+        self.rt = Runtime(conf, self.events, rank=0, world_size=1)
+        self.rt._exit = _no_exit  # a failure must never end the test process
+        wl = self.wl
+        self.rt.register(wl.model, wl.optimizer, wl.scheduler, scaler=wl.scaler,
+                         data_state=wl.data_state, load_data=wl.load_data_state)
+        self.records: dict[int, dict] = {}
+        self.step_done = 0
+
+    def restore(self):
+        res = self.rt.restore()
+        self.step_done = res.step
+        return res
+
+    def train(self, until: int, on_step=None) -> None:
+        """Run steps ``step_done + 1 .. until`` like the harness worker does."""
+        import contextlib
+
+        from jitbench.runtime.jit import rng_digest
+
+        wl, accum = self.wl, self.cfg.grad_accum
+        for step in range(self.step_done + 1, until + 1):
+            with self.rt.step(step) as info:
+                rec = {"rng": rng_digest()}
+                if on_step is not None:
+                    rec.update(on_step(self, step) or {})
+                loss_sum = 0.0
+                for micro in range(accum):
+                    batch = wl.batch(step, micro)
+                    with contextlib.nullcontext():
+                        loss = wl.loss(wl.model, batch) / accum
+                        (wl.scaler.scale(loss) if wl.scaler is not None else loss).backward()
+                    loss_sum += loss.item()
+                if wl.scaler is not None:
+                    wl.scaler.step(wl.optimizer)
+                    wl.scaler.update()
+                    rec["scale"] = wl.scaler.get_scale() if wl.scaler.is_enabled() else None
+                else:
+                    wl.optimizer.step()
+                wl.optimizer.zero_grad(set_to_none=True)
+                wl.scheduler.step()
+                rec.update(loss=loss_sum, lr=wl.scheduler.get_last_lr()[0])
+                info.update(loss=loss_sum)
+            self.records[step] = rec
+            self.step_done = step
+
+    def save(self) -> None:
+        """A periodic checkpoint of the last boundary."""
+        self.rt.save_periodic(self.step_done)
+
+    def close(self) -> None:
+        self.rt.close()
+        self.events.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _seed(seed: int) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _no_exit(code: int) -> None:
+    raise RuntimeError(f"the runtime tried to end the process with status {code}")
