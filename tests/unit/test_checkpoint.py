@@ -107,3 +107,141 @@ def test_rng_round_trip_through_a_weights_only_file(tmp_path):
     restore_rng(state["rng"])
     got = (random.random(), np.random.rand(), torch.rand(3))
     assert got[0] == expect[0] and got[1] == expect[1] and torch.equal(got[2], expect[2])
+
+
+# ---------------------------------------------------------------- commit protocol
+def _crash_in_child(fn) -> int:
+    """Run ``fn`` in a forked child that may SIGKILL itself; returns its wait status."""
+    import os
+
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            fn()
+        finally:
+            os._exit(0)
+    return os.waitpid(pid, 0)[1]
+
+
+@pytest.mark.parametrize("crash_at", ["data", "manifest"])
+def test_sigkill_inside_a_write_leaves_the_previous_checkpoint(tmp_path, crash_at):
+    """A writer SIGKILLed after the data file (or inside the manifest write) commits
+    nothing: the previous checkpoint stays visible, valid and the newest."""
+    import os
+    import signal
+
+    ckpt.write_part(tmp_path, "periodic", 4, 0, 2, _state(4.0))
+
+    def writer():
+        real = ckpt._write_durable
+
+        def dying(path, data):
+            if path.suffix == ".json" and crash_at == "manifest":
+                (path.with_name(path.name + ".tmp")).write_bytes(data[: len(data) // 2])
+                os.kill(os.getpid(), signal.SIGKILL)
+            real(path, data)
+            if path.suffix == ".pt" and crash_at == "data":
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        ckpt._write_durable = dying
+        ckpt.write_part(tmp_path, "periodic", 8, 0, 2, _state(8.0))
+
+    status = _crash_in_child(writer)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    assert [p.step for p in ckpt.list_parts(tmp_path)] == [4]
+    found = ckpt.newest_valid(tmp_path, 2)
+    assert found is not None and found[0].step == 4
+    assert (tmp_path / "periodic_step00000008_rank00000.pt").exists()  # there, not committed
+    # retention after the next successful commit never removes the one just committed
+    ckpt.write_part(tmp_path, "periodic", 12, 0, 2, _state(12.0))
+    ckpt.prune(tmp_path, keep_steps=1)
+    assert [p.step for p in ckpt.list_parts(tmp_path)] == [12]
+
+
+def test_failed_write_prunes_nothing(tmp_path, monkeypatch):
+    """Retention runs only after a commit: a failing save keeps every older step."""
+    from jitbench.runtime.events import EventLog
+    from jitbench.runtime.jit import Runtime, RuntimeConfig
+
+    for s in (2, 4):
+        ckpt.write_part(tmp_path, "periodic", s, 0, 1, _state(float(s)))
+    rt = Runtime(RuntimeConfig(strategy="periodic", interval=10**9, ckpt_dir=str(tmp_path),
+                               keep_steps=1, hang_first_s=600), EventLog(tmp_path / "e.jsonl", 0, 0),
+                 rank=0, world_size=1)
+    try:
+        exits: list[int] = []
+        rt._exit = exits.append
+        model = torch.nn.Linear(2, 2)
+        rt.register(model, torch.optim.SGD(model.parameters(), lr=0.1))
+
+        def enospc(*a, **k):
+            raise ckpt.CheckpointWriteError("writing x failed: No space left on device", 28)
+
+        monkeypatch.setattr(ckpt, "write_part", enospc)
+        rt.save_periodic(6)
+        assert exits == [76]  # the job fails (storage error), it does not go on unprotected
+        assert [p.step for p in ckpt.list_parts(tmp_path)] == [4, 2]
+    finally:
+        rt.close()
+
+
+def test_weights_only_refuses_arbitrary_objects(tmp_path):
+    """A part that would need arbitrary unpickling does not load (weights_only=True)."""
+    part = ckpt.write_part(tmp_path, "jit", 3, 0, 1, {"x": torch.zeros(1), "evil": _Evil()})
+    with pytest.raises(ckpt.CheckpointCorrupt, match="does not load"):
+        ckpt.load_part(part)
+
+
+class _Evil:
+    def __reduce__(self):
+        return (print, ("unpickled!",))
+
+
+def test_layout_differing_from_the_manifest_is_corrupt(tmp_path):
+    part = ckpt.write_part(tmp_path, "jit", 3, 0, 1, _state())
+    m = json.loads(part.manifest_path.read_text())
+    m["tensors"]["model.w"] = [[4, 3], "float32"]
+    part.manifest_path.write_text(json.dumps(m))
+    with pytest.raises(ckpt.CheckpointCorrupt, match="shapes/dtypes"):
+        ckpt.load_part(part)
+
+
+def test_manifest_records_what_restore_checks(tmp_path):
+    part = ckpt.write_part(tmp_path, "jit", 7, 1, 2, _state(), {"k": 1}, run_id="abc")
+    m = json.loads(part.manifest_path.read_text())
+    assert {k: m[k] for k in ("kind", "step", "rank", "world_size", "run_id", "parts_needed",
+                              "format")} == {"kind": "jit", "step": 7, "rank": 1,
+                                             "world_size": 2, "run_id": "abc",
+                                             "parts_needed": 1, "format": ckpt.FORMAT}
+    assert m["bytes"] == part.path.stat().st_size and len(m["sha256"]) == 64
+    assert m["tensors"] == {"model.w": [[3, 4], "float32"], "model.b": [[4], "float32"]}
+
+
+@pytest.mark.parametrize("world, run_id, needle", [
+    (4, "abc", "world size 4, this job has 2"),
+    (2, "other", "another run"),
+])
+def test_a_directory_of_another_job_is_refused_not_skipped(tmp_path, world, run_id, needle):
+    """Foreign parts fail loudly (training on would continue someone else's job);
+    a corrupt part of this job is skipped for an older one."""
+    ckpt.write_part(tmp_path, "periodic", 4, 0, 2, _state(), run_id="abc")
+    ckpt.write_part(tmp_path, "periodic", 2, 0, world, _state(), run_id=run_id)
+    with pytest.raises(ckpt.CheckpointMismatch, match=needle):
+        ckpt.newest_valid(tmp_path, 2, run_id="abc")
+
+
+def test_restore_refuses_a_foreign_directory_in_one_line(tmp_path):
+    from jitbench.runtime.events import EventLog
+    from jitbench.runtime.jit import Runtime, RuntimeConfig
+
+    ckpt.write_part(tmp_path / "ckpt", "jit", 4, 1, 4, _state(), run_id="r")
+    rt = Runtime(RuntimeConfig(ckpt_dir=str(tmp_path / "ckpt"), run_id="r", hang_first_s=600),
+                 EventLog(tmp_path / "e.jsonl", 0, 0), rank=0, world_size=2)
+    try:
+        model = torch.nn.Linear(2, 2)
+        rt.register(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        with pytest.raises(ckpt.CheckpointMismatch) as ei:
+            rt.restore()
+        assert "is not this job's" in str(ei.value) and "\n" not in str(ei.value)
+    finally:
+        rt.close()
