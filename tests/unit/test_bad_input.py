@@ -1,0 +1,174 @@
+"""Bad input everywhere: one clear line, exit status 2, nothing recorded lost.
+
+These call the console entry point in-process (no torch start-up per case);
+every case is rejected before anything is launched.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+
+import pytest
+
+from jitbench import cli
+from jitbench.runtime import checkpoint as ckpt
+
+
+@pytest.fixture
+def jb(monkeypatch, capsys):
+    """``jb(*args) -> (exit status, stderr)`` of ``jitbench ARGS``."""
+    prev = signal.getsignal(signal.SIGTERM)
+
+    def call(*args: str) -> tuple[int, str]:
+        monkeypatch.setattr(sys, "argv", ["jitbench", *args])
+        try:
+            cli.main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            signal.signal(signal.SIGTERM, prev)
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        return code, err
+
+    return call
+
+
+def _one_line(err: str) -> str:
+    lines = [x for x in err.strip().splitlines() if x.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--steps", "0"], "--steps must be >= 1"),
+    (["--batch-size", "0"], "batch size and gradient accumulation must be >= 1"),
+    (["--grad-accum", "0"], "batch size and gradient accumulation must be >= 1"),
+    (["--max-restarts", "-1"], "--max-restarts must be >= 0"),
+    (["--amp", "fp8"], "gpt amp must be off, bf16 or fp16"),
+    (["--schedule", "linear"], "gpt schedule must be one of"),
+    (["--workload", "resnet", "--amp", "bf16"], "apply to the gpt workload only"),
+    (["--fault-step", "0"], "fault step 0 must be in 1..59"),
+    (["--fault-rank", "-1"], "fault rank -1 is outside the world"),
+    (["--nproc", "1", "--fault-rank", "0"], "a fault needs at least 2 ranks"),
+])
+def test_bad_flags(jb, tmp_path, args, needle):
+    code, err = jb("run", *args, "--run-dir", str(tmp_path / "r"))
+    assert code == 2 and needle in _one_line(err)
+    assert not (tmp_path / "r").exists()
+
+
+def test_data_paths(jb, tmp_path, monkeypatch):
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("x" * 100)  # one 128-byte window needs 129 bytes
+    code, err = jb("run", "--data", str(tiny), "--run-dir", str(tmp_path / "r"))
+    assert code == 2 and "shorter than one window" in _one_line(err)
+    few = tmp_path / "few.txt"
+    few.write_text("y" * 129 * 3)  # 3 windows < one global minibatch of 8 x 2
+    code, err = jb("run", "--data", str(few), "--run-dir", str(tmp_path / "r"))
+    assert code == 2 and "fewer than one minibatch" in _one_line(err)
+    unreadable = tmp_path / "secret.txt"
+    unreadable.write_text("z" * 10_000)
+
+    def denied(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(cli, "open", denied, raising=False)  # root reads everything
+    code, err = jb("run", "--data", str(unreadable), "--run-dir", str(tmp_path / "r"))
+    monkeypatch.delattr(cli, "open")
+    assert code == 2 and "is unreadable: Permission denied" in _one_line(err)
+    assert not (tmp_path / "r").exists()
+
+
+def test_corrupt_image_for_resnet(jb, tmp_path):
+    root = tmp_path / "images"
+    (root / "cat").mkdir(parents=True)
+    (root / "cat" / "a.png").write_bytes(b"\x89PNG\r\n\x1a\n not really an image")
+    code, err = jb("run", "--workload", "resnet", "--data", str(root), "--run-dir",
+                   str(tmp_path / "r"))
+    assert code == 2 and "cannot read image" in _one_line(err)
+    code, err = jb("run", "--workload", "resnet", "--data", str(tmp_path / "none"))
+    assert code == 2 and "does not exist" in _one_line(err)
+    (tmp_path / "empty").mkdir()
+    code, err = jb("run", "--workload", "resnet", "--data", str(tmp_path / "empty"))
+    assert code == 2 and "is empty" in _one_line(err)
+
+
+def test_run_directory_is_never_overwritten_or_misused(jb, tmp_path):
+    d = tmp_path / "r"
+    d.mkdir()
+    (d / "summary.json").write_text('{"kept": true}')
+    code, err = jb("run", "--run-dir", str(d))
+    assert code == 2 and "exists and is not empty" in _one_line(err)
+    # --overwrite with bad input: validation comes first, nothing is removed
+    code, err = jb("run", "--run-dir", str(d), "--overwrite", "--steps", "0")
+    assert code == 2 and (d / "summary.json").read_text() == '{"kept": true}'
+    f = tmp_path / "file"
+    f.write_text("x")
+    code, err = jb("run", "--run-dir", str(f))
+    assert code == 2 and "is not a directory" in _one_line(err)
+    code, err = jb("run", "--run-dir", str(f / "sub"))
+    assert code == 2 and "cannot create run directory" in _one_line(err)
+    assert f.read_text() == "x"
+
+
+def _spec_fingerprint(**kw) -> str:
+    from jitbench.harness.spec import RunSpec
+    from jitbench.workloads import WorkloadConfig
+
+    wl = WorkloadConfig(**kw)
+    return RunSpec(workload=wl, nproc=2).fingerprint()
+
+
+@pytest.mark.parametrize("world, same_run, needle", [
+    (4, True, "world size 4, this job has 2"),
+    (2, False, "written by another run"),
+])
+def test_checkpoint_directory_of_another_job(jb, tmp_path, world, same_run, needle):
+    run_id = _spec_fingerprint(steps=60) if same_run else _spec_fingerprint(steps=61)
+    part = ckpt.write_part(tmp_path / "ck", "periodic", 5, 0, world, {"step": 5}, run_id=run_id)
+    before = part.path.read_bytes()
+    code, err = jb("run", "--ckpt-dir", str(tmp_path / "ck"), "--run-dir", str(tmp_path / "r"))
+    assert code == 2 and "holds another job's checkpoints" in _one_line(err)
+    assert needle in err
+    assert part.path.read_bytes() == before and not (tmp_path / "r").exists()
+
+
+def test_checkpoint_directory_that_is_a_file(jb, tmp_path):
+    (tmp_path / "ck").write_text("x")
+    code, err = jb("run", "--ckpt-dir", str(tmp_path / "ck"), "--run-dir", str(tmp_path / "r"))
+    assert code == 2 and "is not a directory" in _one_line(err)
+
+
+def test_fault_injection_point_must_exist():
+    from jitbench.faults import FaultSpec
+    from jitbench.harness.spec import RunSpec, SpecError
+    from jitbench.workloads import WorkloadConfig
+
+    wl = WorkloadConfig(grad_accum=2)
+    RunSpec(workload=wl, faults=[FaultSpec("kill", 1, 3, params={"at": "micro:1"})]).validate()
+    for at in ("micro:2", "sideways"):
+        with pytest.raises(SpecError, match="injection point"):
+            RunSpec(workload=wl, faults=[FaultSpec("kill", 1, 3, params={"at": at})]).validate()
+
+
+def test_unknown_gpt_option_in_a_spec():
+    from jitbench.harness.spec import RunSpec, SpecError
+    from jitbench.workloads import WorkloadConfig
+
+    with pytest.raises(SpecError, match=r"unknown gpt option\(s\) \['colour'\]"):
+        RunSpec(workload=WorkloadConfig(extra={"colour": "red"})).validate()
+    with pytest.raises(SpecError, match="dropout must be a number"):
+        RunSpec(workload=WorkloadConfig(extra={"dropout": "lots"})).validate()
+
+
+def test_spec_json_with_ckpt_dir_round_trips(tmp_path):
+    from jitbench.harness.spec import RunSpec
+
+    spec = RunSpec(ckpt_dir=str(tmp_path))
+    again = RunSpec.from_dict(json.loads(spec.to_json()))
+    assert again == spec and again.without_faults().ckpt_dir is None
+    assert spec.fingerprint() == again.fingerprint() == RunSpec().fingerprint()
