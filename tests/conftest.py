@@ -26,6 +26,25 @@ def small_spec(steps: int = 12, faults: list[FaultSpec] | None = None, strategy:
     return RunSpec(workload=wl, strategy=strategy, faults=faults or [], nproc=nproc, **kw)
 
 
+@pytest.fixture(scope="session")
+def shared_reference(tmp_path_factory):
+    """``get(spec) -> reference run directory``: one fault-free run per distinct
+    fault-free spec, shared by every test of the session (``reference_from=``)."""
+    cache: dict[str, Path] = {}
+
+    def get(spec: RunSpec) -> Path:
+        ref = spec.without_faults()
+        key = ref.to_json()
+        if key not in cache:
+            d = tmp_path_factory.mktemp("ref") / "run"
+            out = run_spec(ref, d, reference=False, timeout_s=300)
+            assert out.summary["completed"], (d / "agent.log").read_text()[-3000:]
+            cache[key] = d
+        return cache[key]
+
+    return get
+
+
 @pytest.fixture
 def run_case(tmp_path: Path):
     """Run a spec with its reference in a fresh directory; returns the summary."""

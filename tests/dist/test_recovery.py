@@ -22,19 +22,9 @@ STEPS = 12
 
 
 @pytest.fixture(scope="module")
-def references(tmp_path_factory):
-    """Fault-free reference runs, one per strategy, shared by the module."""
-    cache: dict[str, Path] = {}
-
-    def get(strategy: str) -> Path:
-        if strategy not in cache:
-            d = tmp_path_factory.mktemp("ref") / "run"
-            out = run_spec(small_spec(STEPS, strategy=strategy), d, reference=False)
-            assert out.summary["completed"], (d / "agent.log").read_text()[-3000:]
-            cache[strategy] = d
-        return cache[strategy]
-
-    return get
+def references(shared_reference):
+    """Fault-free reference runs, one per strategy (shared by the session)."""
+    return lambda strategy: shared_reference(small_spec(STEPS, strategy=strategy))
 
 
 def _run(tmp_path, references, kind, step, strategy="jit"):
