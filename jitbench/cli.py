@@ -360,7 +360,10 @@ def main() -> None:
     except ValueError:  # not the main thread (embedded use)
         pass
     try:
-        app(standalone_mode=False)
+        # click returns (does not raise) a typer.Exit's status when not standalone
+        rc = app(standalone_mode=False)
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)
     except (InputError, SpecError, DataError) as exc:
         _line(f"error: {exc}")
         sys.exit(EXIT_INPUT)

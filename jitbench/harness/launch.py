@@ -226,12 +226,18 @@ def stop_agent(proc: subprocess.Popen, run_dir: Path | None = None, grace_s: flo
             reap(run_dir)
 
 
-def run_processes(run_dir: str | Path) -> list[tuple[int, list[str]]]:
-    """Live processes (pid, argv) whose command line holds ``run_dir`` as an argument.
+_LAUNCHED = ("torch.distributed.run", "jitbench.harness.worker")
+"""Module names on the command lines of the processes a launch starts."""
 
-    Reads ``/proc/<pid>/cmdline`` (Linux); the agent and every worker of a run
-    carry its absolute run directory. Zombies (exited, not yet reaped) count
-    as gone.
+
+def run_processes(run_dir: str | Path) -> list[tuple[int, list[str]]]:
+    """Live agent and worker processes (pid, argv) of the run in ``run_dir``.
+
+    Reads ``/proc/<pid>/cmdline`` (Linux): the agent and every worker of a run
+    carry its absolute run directory and their module name (``-m
+    torch.distributed.run`` / ``-m jitbench.harness.worker``); a process that
+    merely mentions the directory (the harness, a wrapper) is not one of them.
+    Zombies (exited, not yet reaped) count as gone.
     """
     target = str(Path(run_dir).resolve())
     out = []
@@ -246,7 +252,7 @@ def run_processes(run_dir: str | Path) -> list[tuple[int, list[str]]]:
         if stat.rsplit(")", 1)[-1].split()[0] == "Z":
             continue
         args = [a.decode(errors="replace") for a in argv if a]
-        if target in args:
+        if target in args and any(m in args for m in _LAUNCHED):
             out.append((int(d.name), args))
     return out
 

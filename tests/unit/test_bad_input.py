@@ -172,3 +172,33 @@ def test_spec_json_with_ckpt_dir_round_trips(tmp_path):
     again = RunSpec.from_dict(json.loads(spec.to_json()))
     assert again == spec and again.without_faults().ckpt_dir is None
     assert spec.fingerprint() == again.fingerprint() == RunSpec().fingerprint()
+
+
+@pytest.mark.parametrize("summary, code, needle", [
+    ({"completed": True, "state_equal": True, "max_replayed_steps_per_failure": 1}, 0, ""),
+    ({"completed": False, "agent_exit": 1, "attempts": 4}, 3, "did not complete"),
+    ({"completed": False, "timed_out": True}, 3, "stopped after --timeout-s"),
+    ({"completed": True, "state_equal": False, "max_abs_diff": 0.5}, 4, "differs"),
+    ({"completed": True, "state_equal": True, "max_replayed_steps_per_failure": 2}, 4,
+     "replayed 2 steps"),
+    ({"completed": False, "error_kind": "checkpoint", "error": "ckpt/x: world size 4"}, 2,
+     "world size 4"),
+    ({"completed": False, "interrupted": True}, 130, "interrupted; records kept"),
+])
+def test_exit_statuses_reach_the_shell(jb, tmp_path, monkeypatch, summary, code, needle):
+    """Every documented status leaves the process (click returns, not raises, them)."""
+    from jitbench.harness import run as run_mod
+
+    class Outcome:
+        pass
+
+    def fake_run(spec, run_dir, **kw):
+        o = Outcome()
+        o.summary = {"interrupted": False, "timed_out": False, "error_kind": None,
+                     "agent_exit": 0, "attempts": 1, **summary}
+        return o
+
+    monkeypatch.setattr(run_mod, "run", fake_run)
+    monkeypatch.setattr("jitbench.reports.table.summary_table", lambda s: "table")
+    got, err = jb("run", "--run-dir", str(tmp_path / "r"), "--timeout-s", "9")
+    assert got == code and needle in err

@@ -1,0 +1,109 @@
+"""Harness hygiene: interrupting ``jitbench run`` stops every worker and keeps
+what was recorded; a SIGKILLed harness leaves no process behind; a checkpoint
+directory of another job stops the workers with a clear reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jitbench.harness.launch import run_processes
+from jitbench.harness.run import execute, summarize
+from jitbench.runtime import checkpoint as ckpt
+from jitbench.runtime.events import read_events
+from tests.conftest import small_spec
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def _start(run_dir: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "jitbench.cli", "run", "--fault", "none", "--size", "tiny",
+         "--steps", "2000", "--batch-size", "2", "--no-reference", "--run-dir", str(run_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_steps(run_dir: Path, n: int, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ends = [e for e in read_events(run_dir / "events") if e["event"] == "step"
+                and e["phase"] == "end"] if (run_dir / "events").exists() else []
+        if len({e["rank"] for e in ends if e["step"] >= n}) == 2:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no step {n} within {timeout_s} s")
+
+
+def _wait_gone(run_dir: Path, timeout_s: float = 60) -> list:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and run_processes(run_dir):
+        time.sleep(0.2)
+    return run_processes(run_dir)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_stops_every_worker_and_keeps_the_records(tmp_path, sig):
+    run_dir = tmp_path / "r"
+    p = _start(run_dir)
+    try:
+        _wait_for_steps(run_dir, 3)
+        procs = run_processes(run_dir)
+        assert sorted("torch.distributed.run" in argv for _, argv in procs) == [False, False,
+                                                                                 True]
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err
+    assert "interrupted; records kept" in err and "Traceback" not in err
+    assert _wait_gone(run_dir, 5) == []
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["completed"] is False
+    assert (run_dir / "records.csv").exists() and (run_dir / "records.parquet").exists()
+    evs = read_events(run_dir / "events")
+    assert max(e["step"] for e in evs if e["event"] == "step" and e["phase"] == "end") >= 3
+    # the workers saw SIGTERM from the agent and saved the last boundary on the way out
+    assert {e["trigger"] for e in evs if e["event"] == "failure"} == {"sigterm"}
+    assert [p.kind for p in ckpt.list_parts(run_dir / "ckpt")] == ["jit", "jit"]
+
+
+def test_sigkilled_harness_leaves_no_process(tmp_path):
+    """The agent dies with its parent (PDEATHSIG) and its workers with the agent."""
+    run_dir = tmp_path / "r"
+    p = _start(run_dir)
+    try:
+        _wait_for_steps(run_dir, 3)
+        assert len(run_processes(run_dir)) == 3  # agent + 2 workers
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+        assert _wait_gone(run_dir, 60) == []
+    finally:
+        if p.poll() is None:
+            p.kill()
+        for pid, _ in run_processes(run_dir):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_workers_refuse_another_jobs_checkpoints(tmp_path):
+    """Without the harness's pre-check (a directory that changed after it), the
+    workers themselves refuse it: exit 77, reason in the summary, no process left."""
+    spec = small_spec(4, max_restarts=0)
+    spec.ckpt_dir = str(tmp_path / "ck")
+    ckpt.write_part(spec.ckpt_dir, "periodic", 2, 0, 4, {"step": 2}, run_id=spec.fingerprint())
+    run_dir = tmp_path / "r"
+    res = execute(spec, run_dir, timeout_s=120)
+    s = summarize(spec, run_dir, res, None)
+    assert res.returncode != 0 and not s["completed"]
+    assert s["error_kind"] == "checkpoint"
+    assert "world size 4, this job has 2" in s["error"]
+    assert run_processes(run_dir) == []
+    codes = {e["code"] for e in read_events(run_dir / "events") if e["event"] == "exit"}
+    assert codes == {77}
