@@ -1,0 +1,134 @@
+"""Property tests: random fault campaigns keep every invariant of
+:mod:`jitbench.harness.campaign` (final state bitwise the fault-free run's,
+sample-id stream equal except one replayed minibatch per failure, JIT replays
+<= 1 step per failure, every fault fired once, no orphan process or leaked
+port, every run within its bound).
+
+Hypothesis draws the campaigns: 1-3 faults at distinct steps, each a kind of
+``campaign_kinds()`` (``JITBENCH_CAMPAIGN_KINDS`` adds new kinds by name), a
+rank, and an injection point (the gradient collective, or with gradient
+accumulation the start of a micro-batch: window boundary or mid-window).
+
+- CI (default suite): a fixed (derandomized) handful on the tiny GPT, 2 ranks,
+  12 steps, sharing the reference run of ``tests/dist/test_recovery.py``.
+- ``nox -s stress`` (marker ``stress``): ``JITBENCH_STRESS_CAMPAIGNS``
+  campaigns (default 200) over four specs (accumulation 1 or 2 with fp16 AMP,
+  strategy jit or periodic:3); it does not stop at a violation, prints one
+  line per campaign, then ``campaigns: N  violations: V``, appends every
+  result to ``JITBENCH_STRESS_LOG`` (JSON lines) and fails if V > 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import strategies as st
+
+from jitbench.faults import FaultSpec
+from jitbench.harness import campaign
+from jitbench.harness.run import run as run_spec
+from tests.conftest import small_spec
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+BOUND_BASE_S, BOUND_PER_FAULT_S = 90.0, 60.0
+"""Every run must end within ``base + per_fault x faults`` seconds (2 shared cores)."""
+
+
+@st.composite
+def campaigns(draw, steps: int, nproc: int = 2, grad_accum: int = 1, max_faults: int = 3,
+              strategies: tuple[str, ...] = ("jit",)) -> campaign.Campaign:
+    kinds = campaign.campaign_kinds()
+    points = campaign.injection_points(grad_accum)
+    at_steps = draw(st.lists(st.integers(1, steps - 1), min_size=1,
+                             max_size=min(max_faults, steps - 1), unique=True))
+    faults = []
+    for step in sorted(at_steps):
+        kind = draw(st.sampled_from(kinds))
+        rank = draw(st.integers(0, nproc - 1))
+        at = draw(st.sampled_from(points))
+        faults.append(FaultSpec(kind, rank, step, params={} if at == "collective" else {"at": at}))
+    return campaign.Campaign(faults, draw(st.sampled_from(strategies)))
+
+
+def run_campaign(c: campaign.Campaign, base, shared_reference, root) -> dict:
+    """Run one campaign against its shared reference; returns a JSON-able result."""
+    spec = c.apply(base)
+    ref = shared_reference(spec)
+    bound = BOUND_BASE_S + BOUND_PER_FAULT_S * len(spec.faults)
+    run_dir = root / f"c{time.monotonic_ns()}"
+    t0 = time.monotonic()
+    out = run_spec(spec, run_dir, reference_from=ref, timeout_s=bound)
+    violations = campaign.check(out.summary, spec, run_dir, ref, bound)
+    return {"campaign": c.describe(), "wall_s": round(time.monotonic() - t0, 1),
+            "attempts": out.summary.get("attempts"), "violations": violations,
+            "run_dir": str(run_dir)}
+
+
+CI_STEPS = 12
+
+
+@pytest.mark.timeout(900)
+def test_random_campaigns_keep_every_invariant(tmp_path, shared_reference):
+    base = small_spec(CI_STEPS)
+    results = []
+
+    @settings(max_examples=3, deadline=None, derandomize=True, database=None,
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(campaigns(CI_STEPS))
+    def one(c):
+        results.append(run_campaign(c, base, shared_reference, tmp_path))
+
+    one()
+    bad = [r for r in results if r["violations"]]
+    assert len(results) == 3 and not bad, json.dumps(bad, indent=1)
+
+
+STRESS_STEPS = 8
+
+
+def _stress_bases():
+    """The specs stress campaigns run on (each gets one shared reference)."""
+    plain = small_spec(STRESS_STEPS)
+    accum = small_spec(STRESS_STEPS, grad_accum=2, batch_size=2,
+                       extra={"max_bytes": 200_000, "amp": "fp16", "amp_growth_interval": 2})
+    return [plain, accum]
+
+
+@pytest.mark.stress
+@pytest.mark.timeout(0)
+def test_stress_campaigns(tmp_path, shared_reference):
+    n = int(os.environ.get("JITBENCH_STRESS_CAMPAIGNS", "200"))
+    log = os.environ.get("JITBENCH_STRESS_LOG", str(tmp_path / "stress.jsonl"))
+    seed_value = int(os.environ.get("JITBENCH_STRESS_SEED", random.randrange(2**32)))
+    bases = _stress_bases()
+    results: list[dict] = []
+    print(f"\nstress: {n} campaigns, seed {seed_value}, log {log}", flush=True)
+
+    @seed(seed_value)
+    @settings(max_examples=n, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(st.integers(0, len(bases) - 1).flatmap(
+        lambda i: st.tuples(st.just(i), campaigns(
+            STRESS_STEPS, grad_accum=bases[i].workload.grad_accum,
+            strategies=("jit", "jit", "jit", "periodic:3")))))
+    def one(drawn):
+        i, c = drawn
+        r = run_campaign(c, bases[i], shared_reference, tmp_path)
+        r["base"] = i
+        results.append(r)
+        with open(log, "a") as fh:
+            fh.write(json.dumps(r) + "\n")
+        mark = "ok " if not r["violations"] else "BAD"
+        print(f"[{len(results):4d}] {mark} {r['wall_s']:6.1f}s base{i} {r['campaign']}"
+              + ("".join(f"\n        {v}" for v in r["violations"])), flush=True)
+
+    one()
+    bad = sum(1 for r in results if r["violations"])
+    print(f"campaigns: {len(results)}  violations: {bad}", flush=True)
+    assert bad == 0
