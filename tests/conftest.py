@@ -57,7 +57,11 @@ def run_case(tmp_path: Path):
 
 
 def jitbench_processes() -> list[str]:
-    """Command lines of live jitbench worker processes (for orphan checks)."""
+    """Command lines of live jitbench worker processes of *any* run on this machine.
+
+    Prefer :func:`jitbench.harness.launch.run_processes` (one run's processes):
+    other runs (parallel tests, other users) make this one flaky as an orphan check.
+    """
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     return [line for line in out.splitlines()
             if "jitbench.harness.worker" in line and str(os.getpid()) not in line.split()[0]]
