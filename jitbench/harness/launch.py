@@ -22,8 +22,10 @@ No process outlives a launch: the agent is started with
 ``prctl(PR_SET_PDEATHSIG, SIGTERM)`` (it stops its workers if the harness
 dies), so are the workers (torch starts them in sessions of their own, so a
 SIGKILLed agent would leave them running), and after the agent has exited the
-harness SIGKILLs any process still carrying this run directory on its command
-line (:func:`run_processes`).
+harness SIGKILLs any process of its own agent still alive (:func:`reap`: the
+agent and the workers it started, found by the run directory on their
+command line and the agent's pid recorded by each worker; the other nodes
+of a multi-node job sharing the run directory are left alone).
 """
 
 from __future__ import annotations
@@ -172,7 +174,7 @@ def launch(spec: RunSpec, run_dir: Path, progress: Callable[[dict], None] | None
             with held_signals(reraise=False) as got:
                 if proc.poll() is None:  # an error in the loop itself: never leave it running
                     stop_agent(proc, run_dir)
-                reap(run_dir)
+                reap(run_dir, proc.pid)
             interrupted = interrupted or bool(got)
             if prev_term is not None:
                 signal.signal(signal.SIGTERM, prev_term)
@@ -223,7 +225,7 @@ def stop_agent(proc: subprocess.Popen, run_dir: Path | None = None, grace_s: flo
             pass
         proc.wait()
         if run_dir is not None:
-            reap(run_dir)
+            reap(run_dir, proc.pid)
 
 
 _LAUNCHED = ("torch.distributed.run", "jitbench.harness.worker")
@@ -257,18 +259,41 @@ def run_processes(run_dir: str | Path) -> list[tuple[int, list[str]]]:
     return out
 
 
-def reap(run_dir: str | Path, grace_s: float = 5.0) -> list[int]:
-    """SIGTERM, then SIGKILL, every process still running for ``run_dir``; returns their pids."""
-    pids = [p for p, _ in run_processes(run_dir)]
+def _ppid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def reap(run_dir: str | Path, agent_pid: int | None = None, grace_s: float = 5.0) -> list[int]:
+    """SIGTERM, then SIGKILL, the processes still running for ``run_dir``; returns their pids.
+
+    With ``agent_pid``, only that agent and the workers it started (their
+    parent now, or the ``ppid`` their ``process`` event recorded): other nodes'
+    agents sharing the run directory are not this harness's to stop.
+    """
+    from jitbench.runtime.events import read_events
+
+    def mine() -> list[int]:
+        procs = run_processes(run_dir)
+        if agent_pid is None:
+            return [p for p, _ in procs]
+        started = {e["pid"] for e in read_events(Path(run_dir) / "events")
+                   if e["event"] == "process" and e.get("ppid") == agent_pid} \
+            if (Path(run_dir) / "events").is_dir() else set()
+        return [p for p, _ in procs if p == agent_pid or p in started or _ppid(p) == agent_pid]
+
+    pids = mine()
     if not pids:
         return []
     for p in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(p, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and run_processes(run_dir):
+    while time.monotonic() < deadline and set(mine()) & set(pids):
         time.sleep(0.1)
-    for p, _ in run_processes(run_dir):
+    for p in set(mine()) & set(pids):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(p, signal.SIGKILL)
     return pids

@@ -86,7 +86,7 @@ def main(argv: list[str]) -> int:
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
     events = EventLog(events_path(run_dir / "events", attempt, rank), rank, attempt)
     events.emit("process", "point", world_size=world, master_port=os.environ.get("MASTER_PORT"),
-                durable=True)
+                ppid=os.getppid(), durable=True)
     rt = Runtime(spec.runtime_config(spec.ckpt_dir or str(run_dir / "ckpt")), events, rank, world)
 
     events.emit("init", "begin")
