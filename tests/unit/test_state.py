@@ -336,6 +336,30 @@ def test_c3_async_save_stages_the_state_at_request_time(tmp_path):
         assert torch.equal(again["model"]["wte.weight"], t.wl.model.wte.weight)
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_c3_dcp_async_save_of_the_boundary_state_is_taken_at_request_time(tmp_path):
+    """The same property through ``torch.distributed.checkpoint.async_save`` (what
+    ``periodic-async`` uses), single process: the default stager copies at the
+    request in torch 2.14.1; this test guards that assumption."""
+    import torch.distributed.checkpoint as dcp
+
+    with Trainer(tmp_path / "ckpt", steps=10) as t:
+        t.train(4)
+        st = t.rt.boundary_state()
+        sd = {"model": st["model"], "moments": {str(i): dict(s) for i, s in
+                                                st["optimizer"]["state"].items()}}
+        expect = stage_for_async_save(sd)
+        fut = dcp.async_save(sd, checkpoint_id=str(tmp_path / "dcp"), no_dist=True)
+        t.train(5)  # the optimizer steps while the save is in flight
+        fut.result()
+        out = stage_for_async_save(sd)  # same layout, to load into
+        dcp.load(out, checkpoint_id=str(tmp_path / "dcp"), no_dist=True)
+        assert all(torch.equal(out["model"][k], v) for k, v in expect["model"].items())
+        assert all(torch.equal(out["moments"][i][k], v) for i, m in expect["moments"].items()
+                   for k, v in m.items())
+        assert not torch.equal(sd["model"]["wte.weight"], expect["model"]["wte.weight"])
+
+
 # ------------------------------------------------------------------------------ C9
 class _Counting:
     """Wraps the GPT dataset; counts items loaded (each load stands for an expensive read)."""
