@@ -289,6 +289,14 @@ class Runtime:
         """
         self.reg = _Registered(model, optimizer, scheduler, scaler, data_state, extra_state,
                                load_extra, load_data)
+        import types
+
+        if any(isinstance(fn, types.FunctionType) for fn in getattr(scheduler, "lr_lambdas", ())):
+            # LambdaLR saves a callable object's fields but nothing of a function or
+            # lambda: a closure over mutable state would come back as built, not as saved
+            self.events.emit("warning", where="register",
+                             message="an LR lambda is a plain function: its closure is not "
+                                     "checkpointed (use a callable object, like WarmupCosine)")
         optimizer.register_step_pre_hook(self._on_optimizer_step)
         self._snapshot = self._take_snapshot()
 

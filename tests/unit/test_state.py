@@ -408,3 +408,21 @@ def test_c9_resume_cost_does_not_grow_with_the_step(tmp_path, resume_step, monke
         epoch_len = r.wl.sampler._sampler.num_samples
     assert loads == 2 * 2  # one step: grad_accum x batch_size items, whatever the step
     assert indices == epoch_len  # one epoch's permutation, not resume_step x batches
+
+
+def test_a_function_lr_lambda_is_flagged(tmp_path):
+    """LambdaLR checkpoints a callable object's fields (WarmupCosine) but nothing of
+    a function: the runtime says so in the event log."""
+    from jitbench.runtime.events import EventLog, read_events
+    from jitbench.runtime.jit import Runtime, RuntimeConfig
+
+    rt = Runtime(RuntimeConfig(ckpt_dir=str(tmp_path / "ck"), hang_first_s=600),
+                 EventLog(tmp_path / "ev" / "attempt000_rank00000.jsonl", 0, 0), 0, 1)
+    try:
+        m = torch.nn.Linear(2, 2)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        rt.register(m, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.5 ** i))
+    finally:
+        rt.close()
+    warns = [e for e in read_events(tmp_path / "ev") if e["event"] == "warning"]
+    assert len(warns) == 1 and "not checkpointed" in warns[0]["message"]
