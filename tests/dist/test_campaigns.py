@@ -64,6 +64,8 @@ def run_campaign(c: campaign.Campaign, base, shared_reference, root) -> dict:
     run_dir = root / f"c{time.monotonic_ns()}"
     t0 = time.monotonic()
     out = run_spec(spec, run_dir, reference_from=ref, timeout_s=bound)
+    if out.summary.get("interrupted"):  # Ctrl-C / SIGTERM stops the campaigns, it is no violation
+        raise KeyboardInterrupt
     violations = campaign.check(out.summary, spec, run_dir, ref, bound)
     return {"campaign": c.describe(), "wall_s": round(time.monotonic() - t0, 1),
             "attempts": out.summary.get("attempts"), "violations": violations,
