@@ -104,7 +104,11 @@ def main(argv: list[str]) -> int:
         wl = build_workload(spec.workload, rank, world, device)
     except (DataError, ValueError) as exc:
         _give_up(events, EXIT_BAD_INPUT, "workload", exc)
-    model = DDP(wl.model, device_ids=[local_rank] if spec.backend == "nccl" else None)
+    # Buffers are broadcast once per step by reduce.broadcast_buffers (below), so
+    # that every iteration boundary holds rank 0's buffers on every rank.
+    model = DDP(wl.model, device_ids=[local_rank] if spec.backend == "nccl" else None,
+                broadcast_buffers=False)
+    has_buffers = any(b.numel() for b in wl.model.buffers())
     injector = Injector([make_fault(f) for f in spec.faults], rank, attempt,
                         run_dir / "faults_fired", events)
     hook = reduce.ordered_allreduce_hook if spec.deterministic_reduce else reduce.allreduce_hook
@@ -146,6 +150,8 @@ def main(argv: list[str]) -> int:
                     loss = wl.loss(model, batch) / accum
                     (scaler.scale(loss) if scaler is not None else loss).backward()
                 loss_sum += loss.item()
+            if has_buffers:  # before the optimizer step: a hang here leaves a consistent state
+                reduce.broadcast_buffers(wl.model)
             if scaler is not None:
                 scaler.step(wl.optimizer)  # skipped (no optimizer step) if a gradient overflowed
                 scaler.update()

@@ -63,3 +63,43 @@ def allreduce_hook(process_group: dist.ProcessGroup | None,
     buf = bucket.buffer().div_(dist.get_world_size(group))
     fut = dist.all_reduce(buf, group=group, async_op=True).get_future()
     return fut.then(lambda f: f.value()[0])
+
+
+def broadcast_buffers(module: torch.nn.Module, src: int = 0,
+                      group: dist.ProcessGroup | None = None) -> int:
+    """Copy rank ``src``'s buffers (e.g. BatchNorm running statistics) to every rank.
+
+    DDP's default (``broadcast_buffers=True``) broadcasts rank 0's buffers at
+    the *start* of every forward, so between steps each rank holds its own
+    statistics and rank 0's are known to rank 0 only: when rank 0 dies, no
+    survivor holds the buffers the next step would have used, and a JIT
+    checkpoint written by a survivor is not the fault-free state. Calling this
+    once per step after the backward pass (before the optimizer step) and
+    constructing DDP with ``broadcast_buffers=False`` gives the same
+    computation (every forward starts from rank 0's buffers) while the state at
+    every iteration boundary is replicated. Buffers are flattened per dtype, so
+    this is one broadcast per dtype.
+
+    Args:
+        module: the unwrapped module.
+        src: the authoritative rank (DDP's is 0).
+        group: process group (None: the default group).
+
+    Returns:
+        The number of buffers broadcast (0: nothing to do, no collective issued).
+    """
+    bufs = [b for b in module.buffers() if b.numel()]
+    if not bufs:
+        return 0
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for b in bufs:
+        by_dtype.setdefault(b.dtype, []).append(b)
+    for _, same in sorted(by_dtype.items(), key=lambda kv: str(kv[0])):  # same order on every rank
+        flat = torch.cat([b.detach().reshape(-1) for b in same])
+        dist.broadcast(flat, src=src, group=group)
+        offset = 0
+        for b in same:
+            n = b.numel()
+            b.detach().copy_(flat[offset:offset + n].view_as(b))
+            offset += n
+    return len(bufs)

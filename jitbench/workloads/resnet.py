@@ -17,9 +17,14 @@ Model
 
 Optimisation
     ``torch.optim.SGD(lr, momentum=0.9, weight_decay=5e-4)`` with peak ``lr`` =
-    ``cfg.lr`` or 0.05, and ``torch.optim.lr_scheduler.StepLR(step_size=ceil(steps / 3),
+    ``cfg.lr`` or 0.01, and ``torch.optim.lr_scheduler.StepLR(step_size=ceil(steps / 3),
     gamma=0.1)``: the training loop calls ``scheduler.step()`` once per optimizer
     step, so the LR is divided by 10 after each third of ``cfg.steps``.
+    The default 0.01 was measured on the digits at batch 16 (resnet18, one
+    rank, 40 steps; mean training loss per 5 steps): at 0.05 the loss rises
+    from 3.6 to 7.7 before falling (held-out loss in eval mode reaches ~4,900);
+    at 0.02 it falls unevenly (2.8, 1.9, 2.5, 1.6, ...); at 0.01 it falls from
+    2.6 to 0.4-0.8 without a rise.
 
 Data
     See :mod:`jitbench.workloads.images`: scikit-learn's bundled digits by default
@@ -64,7 +69,7 @@ SIZES: dict[str, Callable[..., nn.Module]] = {
 """``cfg.size`` names -> torchvision constructors."""
 DEFAULT_SIZE = "resnet18"
 """Size used when ``cfg.size`` is None or empty."""
-DEFAULT_LR = 0.05
+DEFAULT_LR = 0.01
 """Peak SGD learning rate when ``cfg.lr`` is None."""
 MOMENTUM = 0.9
 WEIGHT_DECAY = 5e-4
