@@ -10,13 +10,20 @@ fired in, recovery happens in the next one):
 - ``detect_s``: fault -> first ``failure`` event of any rank.
 - ``save_s``: JIT save begin -> end, the slowest rank's (MLPerf Storage
   convention); for strategies without a JIT save, the duration of the last
-  periodic save before the fault (0 if none).
+  periodic (or async: request -> commit) save before the fault (0 if none).
 - ``restart_s``: last event of the failed attempt (its last process gone) ->
   every rank of the next attempt has finished ``init``.
 - ``restore_s``: restore begin -> end, the slowest rank's.
 - ``replayed_steps``: steps completed before the fault and re-executed
   (``max completed - restored step``); ``replayed_gpu_steps`` multiplies by the
   world size; ``replay_s``: restore end -> the last replayed step's end.
+- ``last_commit_step``: the newest step whose checkpoint committed (a ``save``
+  end with ``ok``, any kind, this attempt or earlier) before the restore;
+  ``expected_replayed_steps`` = ``completed_before - last_commit_step`` (0 when
+  nothing committed): what a restore that picks the newest committed
+  checkpoint replays. ``replayed_steps == expected_replayed_steps`` is the
+  per-strategy replay invariant (``periodic:N`` replays the steps since its
+  last checkpoint, ``none`` everything, ``jit`` the steps since its JIT save).
 - ``recovery_s``: fault -> the end (all ranks) of the first step that had not
   completed before the fault.
 - ``wasted_gpu_s``: ``world_size x (recovery_s + lost_partial_s - step_s)``,
@@ -24,7 +31,10 @@ fired in, recovery happens in the next one):
   ``step_s`` the median fault-free step time: GPU-seconds not spent on new
   progress.
 
-Per run: ``checkpoint_stall_gpu_s`` (periodic saves x world size),
+Per run: ``checkpoint_stall_gpu_s`` (world size x the main thread's stall in
+checkpoints: synchronous periodic saves, for ``periodic-async`` the
+staging copy plus any wait for the previous save, for ``periodic:auto`` the
+probe write that measured the checkpoint cost),
 ``goodput`` (useful step time / world wall time of training), and the
 correctness oracles, ``state_equal`` and ``sample_stream_equal``.
 """
@@ -57,6 +67,8 @@ class FailureMetrics:
     restored_step: int | None = None
     restored_kind: str | None = None
     completed_before: int = 0
+    last_commit_step: int | None = None
+    expected_replayed_steps: int | None = None
     replayed_steps: int | None = None
     replayed_gpu_steps: int | None = None
     replay_s: float | None = None
@@ -82,6 +94,7 @@ class RunMetrics:
     """First step begin -> last step end (s)."""
     goodput: float | None
     checkpoint_saves: int
+    """Committed periodic and async checkpoints."""
     checkpoint_s: float | None
     """Median duration of one periodic checkpoint save (s)."""
     checkpoint_stall_gpu_s: float
@@ -91,6 +104,9 @@ class RunMetrics:
     loss_first: float | None
     loss_last: float | None
     failures: list[FailureMetrics]
+    auto_interval: dict | None = None
+    """``periodic:auto``: the first ``auto_interval`` event's choice (interval in
+    steps, measured ``cost_s`` and ``step_s``, ``mtbf_s``, Young's interval in s)."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -134,10 +150,14 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int) -> RunMetrics
             fm.save_s = max(saves)
         else:
             per = _pairs([e for e in cur if _t(e, key) <= tf], "save", key,
-                         lambda e: e.get("kind") == "periodic")
+                         lambda e: e.get("kind") in ("periodic", "async"))
             fm.save_s = per[-1] if per else 0.0
+        commits = [e["step"] for e in evs if e["attempt"] <= a and e["event"] == "save"
+                   and e["phase"] == "end" and e.get("ok", True)]
         done_steps = [e["step"] for e in cur if e["event"] == "step" and e["phase"] == "end"]
         fm.completed_before = max(done_steps, default=0)
+        fm.last_commit_step = max(commits, default=None)
+        fm.expected_replayed_steps = max(0, fm.completed_before - (fm.last_commit_step or 0))
         begins = [e for e in cur if e["event"] == "step" and e["phase"] == "begin"
                   and e["rank"] == fault["rank"] and e["step"] == fault["step"]]
         if begins:
@@ -175,8 +195,10 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int) -> RunMetrics
                             0.0, fm.recovery_s + (fm.lost_partial_s or 0.0) - step_s)
         failures.append(fm)
 
-    periodic = _pairs(evs, "save", key, lambda e: e.get("kind") == "periodic")
-    stall = sum(periodic) * world_size
+    periodic = _pairs(evs, "save", key, lambda e: e.get("kind") in ("periodic", "async"))
+    sync = _pairs(evs, "save", key, lambda e: e.get("kind") == "periodic")
+    stall = (sum(sync) + sum(_pairs(evs, "stage", key)) + sum(_pairs(evs, "probe", key))
+             ) * world_size
     firsts = [e for e in evs if e["event"] == "step" and e["phase"] == "begin"]
     train_wall = (max(_t(e, key) for e in step_end) - min(_t(e, key) for e in firsts)
                   if step_end and firsts else None)
@@ -184,6 +206,9 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int) -> RunMetrics
                else None)
     wasted = sum(f.wasted_gpu_s or 0.0 for f in failures) + stall
     rank0 = sorted((e for e in step_end if e["rank"] == 0), key=lambda e: _t(e, key))
+    autos = [e for e in evs if e["event"] == "auto_interval" and e["rank"] == 0]
+    auto = ({k: autos[0].get(k) for k in ("interval", "cost_s", "step_s", "mtbf_s",
+                                          "young_interval_s", "step")} if autos else None)
     return RunMetrics(
         completed=completed, steps=spec_steps, final_step=final_step, attempts=len(attempts),
         world_size=world_size, step_s=step_s, train_wall_s=train_wall,
@@ -193,7 +218,8 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int) -> RunMetrics
         replayed_steps=sum(f.replayed_steps or 0 for f in failures),
         max_replayed_steps_per_failure=max((f.replayed_steps or 0 for f in failures), default=0),
         loss_first=rank0[0].get("loss") if rank0 else None,
-        loss_last=rank0[-1].get("loss") if rank0 else None, failures=failures)
+        loss_last=rank0[-1].get("loss") if rank0 else None, failures=failures,
+        auto_interval=auto)
 
 
 def _pairs(evs: list[dict], name: str, key: str, pred=lambda e: True) -> list[float]:

@@ -162,9 +162,14 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     summary["replayed_steps"] = m.replayed_steps
     summary["replayed_gpu_steps"] = m.replayed_steps * spec.world_size
     summary["max_replayed_steps_per_failure"] = m.max_replayed_steps_per_failure
+    summary["expected_replayed_steps"] = sum(f.expected_replayed_steps or 0 for f in fails)
+    summary["last_commit_step"] = fails[0].last_commit_step if fails else None
+    summary["replay_ok"] = replay_ok(spec.strategy, fails)
     summary["num_failures"] = len(fails)
     summary["trigger"] = fails[0].trigger if fails else None
     summary["restored_kind"] = fails[0].restored_kind if fails else None
+    summary["checkpoint_interval"] = _interval(spec.strategy, m.auto_interval)
+    summary["auto_interval"] = m.auto_interval
     for k in ("completed", "final_step", "attempts", "step_s", "train_wall_s", "goodput",
               "checkpoint_saves", "checkpoint_s", "checkpoint_stall_gpu_s", "wasted_gpu_s", "loss_first",
               "loss_last"):
@@ -207,12 +212,47 @@ def worker_error(run_dir: Path) -> dict:
     return {"error": first["error"], "error_kind": WORKER_ERRORS[first["code"]]}
 
 
+def replay_ok(strategy: str, failures: list) -> bool | None:
+    """The replay invariant of every failure: the restore picked the newest
+    committed checkpoint (``replayed_steps == expected_replayed_steps``), and under
+    ``jit`` it replayed at most one step. None when a failure did not recover."""
+    ok = True
+    for f in failures:
+        if f.replayed_steps is None:
+            return None
+        ok &= f.replayed_steps == f.expected_replayed_steps
+        if strategy == "jit":
+            ok &= f.replayed_steps <= 1
+    return ok
+
+
+def _interval(strategy: str, auto: dict | None) -> int | None:
+    from jitbench.harness.spec import Strategy
+
+    st = Strategy.parse(strategy)
+    if st.auto:
+        return auto["interval"] if auto else None
+    return st.interval or None
+
+
+def record_row(summary: dict) -> dict:
+    """The summary as one flat record (a results-table row): scalars only, the
+    fault plan as ``kind@rank:step`` joined by commas, the machine fingerprint
+    as ``machine_*`` columns and the ``periodic:auto`` choice as ``auto_*``."""
+    row = {k: v for k, v in summary.items() if not isinstance(v, (list, dict))}
+    row["faults"] = ",".join(f"{f['kind']}@{f['rank']}:{f['step']}" for f in summary["faults"])
+    for k, v in (summary.get("machine") or {}).items():
+        row[f"machine_{k}"] = v
+    auto = summary.get("auto_interval") or {}
+    row["auto_cost_s"] = auto.get("cost_s")
+    row["auto_step_s"] = auto.get("step_s")
+    return row
+
+
 def write_records(summary: dict, run_dir: Path) -> None:
     """``summary.json``, ``records.csv``/``.parquet`` (one row) and ``failures.csv``."""
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    row = {k: v for k, v in summary.items() if not isinstance(v, (list, dict))}
-    row["faults"] = ",".join(f"{f['kind']}@{f['rank']}:{f['step']}" for f in summary["faults"])
-    df = pd.DataFrame([row])
+    df = pd.DataFrame([record_row(summary)])
     df.to_csv(run_dir / "records.csv", index=False)
     df.to_parquet(run_dir / "records.parquet", index=False)
     if summary["failures"]:
@@ -236,7 +276,10 @@ def run(spec: RunSpec, run_dir: Path, reference: bool = True, overwrite: bool = 
         timeout_s: per launch.
         reference_from: an earlier fault-free run directory of the same spec to
             compare against instead of running the reference again (sweeps
-            share one reference per spec).
+            share one reference per spec). Its checkpointing strategy may
+            differ (:meth:`RunSpec.training_key`): checkpoints only read the
+            state, so comparing with a run under another strategy is the
+            stronger check.
 
     A Ctrl-C or SIGTERM stops the launch in progress (its workers save and
     exit), skips the reference, and still writes the summary and records with
@@ -255,8 +298,9 @@ def run(spec: RunSpec, run_dir: Path, reference: bool = True, overwrite: bool = 
             ref_spec = RunSpec.load(reference_from / "spec.json")
         except (OSError, ValueError, TypeError) as exc:
             raise SpecError(f"{reference_from}: not a run directory ({exc})") from exc
-        if ref_spec.to_json() != spec.without_faults().to_json():
-            raise SpecError(f"{reference_from} is not a fault-free run of this spec")
+        if ref_spec.faults or ref_spec.training_key() != spec.training_key():
+            raise SpecError(f"{reference_from} is not a fault-free run of this spec "
+                            "(strategies may differ; training settings may not)")
         ref_dir = reference_from
     prepare_dir(run_dir, overwrite, spec)
     cb = (lambda s: progress("run", s)) if progress else None

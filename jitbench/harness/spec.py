@@ -29,13 +29,17 @@ class Strategy:
     """A checkpointing strategy parsed from its CLI form."""
 
     name: str
-    """``jit``, ``periodic`` or ``none``."""
+    """``jit``, ``periodic``, ``periodic-async`` or ``none``."""
     interval: int = 0
-    """Steps between periodic checkpoints."""
+    """Steps between periodic checkpoints (0 with ``auto``: chosen at run time)."""
+    auto: bool = False
+    """``periodic:auto``: the interval is the Young/Daly optimum for the spec's
+    ``mtbf_s`` and the checkpoint cost measured at run time
+    (:mod:`jitbench.runtime.interval`)."""
 
     @classmethod
     def parse(cls, text: str) -> Strategy:
-        """Parse ``jit``, ``none`` or ``periodic:N``.
+        """Parse ``jit``, ``none``, ``periodic:N``, ``periodic-async:N`` or ``periodic:auto``.
 
         Raises:
             SpecError: anything else.
@@ -43,13 +47,18 @@ class Strategy:
         t = text.strip().lower()
         if t in ("jit", "none"):
             return cls(t)
-        m = re.fullmatch(r"periodic:(\d+)", t)
-        if m and int(m[1]) >= 1:
-            return cls("periodic", int(m[1]))
-        raise SpecError(f"unknown strategy {text!r}; use jit, none or periodic:N (N >= 1)")
+        if t == "periodic:auto":
+            return cls("periodic", 0, auto=True)
+        m = re.fullmatch(r"(periodic|periodic-async):(\d+)", t)
+        if m and int(m[2]) >= 1:
+            return cls(m[1], int(m[2]))
+        raise SpecError(f"unknown strategy {text!r}; use jit, none, periodic:N, "
+                        "periodic-async:N (N >= 1) or periodic:auto")
 
     def __str__(self) -> str:
-        return f"periodic:{self.interval}" if self.name == "periodic" else self.name
+        if self.auto:
+            return "periodic:auto"
+        return f"{self.name}:{self.interval}" if self.interval else self.name
 
 
 @dataclass
@@ -58,7 +67,7 @@ class RunSpec:
 
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     strategy: str = "jit"
-    """``jit``, ``none`` or ``periodic:N``."""
+    """``jit``, ``none``, ``periodic:N``, ``periodic-async:N`` or ``periodic:auto``."""
     faults: list[FaultSpec] = field(default_factory=list)
     nproc: int = 2
     """Ranks per node."""
@@ -88,6 +97,8 @@ class RunSpec:
     """Checkpoint directory; None: ``RUN_DIR/ckpt``. An existing one must hold
     checkpoints of this same training (see :meth:`fingerprint`); the run resumes
     from its newest valid checkpoint."""
+    mtbf_s: float | None = None
+    """The job's mean time between failures (s, whole job) for ``periodic:auto``."""
     version: int = SPEC_VERSION
 
     @property
@@ -115,7 +126,8 @@ class RunSpec:
         st = Strategy.parse(self.strategy)
         return RuntimeConfig(strategy=st.name, interval=st.interval, ckpt_dir=ckpt_dir,
                              hang_floor_s=self.hang_floor_s, hang_factor=self.hang_factor,
-                             hang_first_s=self.hang_first_s, run_id=self.fingerprint())
+                             hang_first_s=self.hang_first_s, run_id=self.fingerprint(),
+                             mtbf_s=self.mtbf_s if st.auto else None)
 
     def validate(self) -> None:
         """Check every field.
@@ -126,7 +138,11 @@ class RunSpec:
         if self.workload.name not in WORKLOADS:
             raise SpecError(f"unknown workload {self.workload.name!r}; one of "
                             f"{', '.join(WORKLOADS)}")
-        Strategy.parse(self.strategy)
+        st = Strategy.parse(self.strategy)
+        if st.auto and not (self.mtbf_s is not None and self.mtbf_s > 0):
+            raise SpecError("periodic:auto needs the job's MTBF: pass --mtbf (seconds, > 0)")
+        if self.mtbf_s is not None and not self.mtbf_s > 0:
+            raise SpecError(f"--mtbf must be > 0 seconds, got {self.mtbf_s}")
         if self.backend not in BACKENDS:
             raise SpecError(f"unknown backend {self.backend!r}; one of {', '.join(BACKENDS)}")
         if self.nproc < 1:
@@ -179,6 +195,15 @@ class RunSpec:
     @classmethod
     def load(cls, path: str | Path) -> RunSpec:
         return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def training_key(self) -> str:
+        """The spec without faults and checkpointing settings, as JSON: two specs with
+        the same key train bitwise identically when fault-free (checkpointing only
+        reads the state), so they can share one reference run."""
+        d = asdict(self)
+        for k in ("faults", "strategy", "mtbf_s", "max_restarts"):
+            d.pop(k)
+        return json.dumps(d, sort_keys=True)
 
     def without_faults(self) -> RunSpec:
         """The same spec, fault-free (the reference run)."""

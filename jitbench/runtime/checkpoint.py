@@ -81,13 +81,13 @@ class Part:
     """A committed checkpoint part on disk (not yet validated)."""
 
     kind: str
-    """``jit`` or ``periodic``."""
+    """``jit``, ``periodic`` or ``async`` (a DCP directory, see :mod:`jitbench.runtime.async_ckpt`)."""
     step: int
     """Number of optimizer steps completed in the saved state."""
     rank: int
     """The rank that wrote it."""
     path: Path
-    """The ``.pt`` file."""
+    """The ``.pt`` file (``async``: the ``.dcp`` directory)."""
     manifest_path: Path
 
 
@@ -193,8 +193,9 @@ def list_parts(ckpt_dir: str | os.PathLike) -> list[Part]:
     for m in d.iterdir():
         mm = _PART_RE.match(m.name)
         if mm:
-            parts.append(Part(mm["kind"], int(mm["step"]), int(mm["rank"]),
-                              m.with_suffix(".pt"), m))
+            # async parts are DCP directories (jitbench.runtime.async_ckpt)
+            data = m.with_suffix(".dcp" if mm["kind"] == "async" else ".pt")
+            parts.append(Part(mm["kind"], int(mm["step"]), int(mm["rank"]), data, m))
     parts.sort(key=lambda p: (-p.step, p.kind != "jit", p.rank))
     return parts
 
@@ -244,6 +245,11 @@ def validate_part(part: Part, world_size: int | None = None, run_id: str | None 
     """
     manifest = read_manifest(part)
     check_owner(part, manifest, world_size, run_id)
+    if part.path.suffix == ".dcp":
+        from jitbench.runtime import async_ckpt
+
+        async_ckpt.validate_dir(part.path, manifest)
+        return manifest
     try:
         data = part.path.read_bytes()
     except OSError as exc:
@@ -269,6 +275,10 @@ def load_part(part: Part, world_size: int | None = None,
         CheckpointMismatch: see :func:`validate_part`.
     """
     manifest = validate_part(part, world_size, run_id)
+    if part.path.suffix == ".dcp":
+        from jitbench.runtime import async_ckpt
+
+        return async_ckpt.load_dir(part.path, manifest), manifest
     try:
         state = torch.load(part.path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unpickling error means "invalid"
@@ -322,7 +332,12 @@ def prune(ckpt_dir: str | os.PathLike, keep_steps: int = 2) -> list[Part]:
         if p.step not in keep:
             for f in (p.manifest_path, p.path):
                 try:
-                    f.unlink()
+                    if f.is_dir():  # a DCP part
+                        import shutil
+
+                        shutil.rmtree(f)
+                    else:
+                        f.unlink()
                 except FileNotFoundError:
                     pass
             removed.append(p)

@@ -99,7 +99,7 @@ EXIT_FAILURE_SAVED = 75
 EXIT_FAILURE = 76
 """Exit status of a rank that detected a failure and had nothing consistent to save."""
 
-STRATEGIES = ("jit", "periodic", "none")
+STRATEGIES = ("jit", "periodic", "periodic-async", "none")
 REQUIRED_KEYS = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step", "extra")
 
 
@@ -108,9 +108,18 @@ class RuntimeConfig:
     """How the runtime checkpoints and detects failures."""
 
     strategy: str = "jit"
-    """``jit`` (save on failure), ``periodic`` (every ``interval`` steps) or ``none``."""
+    """``jit`` (save on failure), ``periodic`` (synchronous, every ``interval`` steps),
+    ``periodic-async`` (DCP ``async_save`` every ``interval`` steps) or ``none``."""
     interval: int = 0
-    """Steps between periodic checkpoints (``periodic`` only; also a safety net under ``jit`` if > 0)."""
+    """Steps between periodic checkpoints (also a safety net under ``jit`` if > 0).
+    ``periodic`` with 0 and ``mtbf_s`` set: chosen at run time (``periodic:auto``)."""
+    mtbf_s: float | None = None
+    """The job's mean time between failures (s, whole job) for ``periodic:auto``: after
+    ``auto_probe_step`` steps rank 0 times one real checkpoint (cost ``o``) and sets
+    ``interval = round(sqrt(2 o mtbf_s) / step_s)`` (Young 1974; see
+    :mod:`jitbench.runtime.interval`)."""
+    auto_probe_step: int = 3
+    """``periodic:auto``: steps (after a start or restore) before the probe checkpoint."""
     ckpt_dir: str = "ckpt"
     """Directory of checkpoint parts (shared by all ranks)."""
     hang_floor_s: float = 2.0
@@ -236,8 +245,10 @@ class Runtime:
                  world_size: int | None = None) -> None:
         if config.strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {config.strategy!r}; one of {STRATEGIES}")
-        if config.strategy == "periodic" and config.interval < 1:
-            raise ValueError("periodic checkpointing needs an interval >= 1")
+        if config.strategy == "periodic" and config.interval < 1 and not config.mtbf_s:
+            raise ValueError("periodic checkpointing needs an interval >= 1 or an MTBF (auto)")
+        if config.strategy == "periodic-async" and config.interval < 1:
+            raise ValueError("periodic-async checkpointing needs an interval >= 1")
         self.config = config
         self.events = events
         self.rank = int(os.environ.get("RANK", 0)) if rank is None else rank
@@ -258,6 +269,8 @@ class Runtime:
         self._prior_step_s: float | None = None
         self._snapshot: dict | None = None
         self._pending_rng: dict | None = None
+        self._async = None  # AsyncCheckpointer, created on rank 0 at the first async save
+        self._auto_probe_at = config.auto_probe_step
         self._stop = threading.Event()
         self._checks: list[Callable[[], str | None]] = []
         self._prev_signals: tuple | None = None
@@ -364,7 +377,8 @@ class Runtime:
             self._state_lock.acquire()
             self._holds_state_lock = True
         try:
-            self._snapshot = self._take_snapshot(step=step)
+            if self.config.strategy == "jit":  # only a JIT failure save reads it every step
+                self._snapshot = self._take_snapshot(step=step)
             self._completed = step
             self._step_times.append(dur)
             self._phase = "boundary"
@@ -373,9 +387,45 @@ class Runtime:
             self._holds_state_lock = False
             self._state_lock.release()
         self.events.emit("step", "end", step=step, dur_s=dur, **info)
-        if (self.config.strategy in ("periodic", "jit") and self.config.interval > 0
-                and step % self.config.interval == 0):
-            self.save_periodic(step)
+        c = self.config
+        if c.interval > 0 and step % c.interval == 0:
+            if c.strategy in ("periodic", "jit"):
+                self.save_periodic(step)
+            elif c.strategy == "periodic-async":
+                self.save_async(step)
+        elif c.strategy == "periodic" and c.interval < 1 and step >= self._auto_probe_at:
+            self._probe_interval(step)
+
+    def set_strategy(self, strategy: str, interval: int = 0) -> None:
+        """Switch the strategy at an iteration boundary (between two ``step`` blocks).
+
+        Used by the steady-state overhead benchmark, which runs segments of
+        one process under different strategies. An async save in flight is
+        waited for first.
+
+        Raises:
+            ValueError: unknown strategy or a missing interval.
+        """
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r}; one of {STRATEGIES}")
+        if strategy in ("periodic", "periodic-async") and interval < 1:
+            raise ValueError(f"{strategy} needs an interval >= 1")
+        if self._async is not None:
+            self._async.wait()
+        with self._state_lock:
+            self._snapshot = self._boundary_snapshot()
+            self.config.strategy, self.config.interval = strategy, interval
+
+    def _boundary_snapshot(self) -> dict:
+        """The snapshot of the last boundary (call it at a boundary). Under ``jit`` it
+        is kept current at every step end; the other strategies take none per step,
+        so it is taken now, unless the one from ``restore``/``register`` is still
+        current (its RNG is the restored one, set only at the next step's start)."""
+        snap = self._snapshot
+        if snap is not None and (self.config.strategy == "jit"
+                                 or snap.get("step") == self._completed):
+            return snap
+        return self._take_snapshot()
 
     def _take_snapshot(self, rng: dict | None = None, step: int | None = None) -> dict:
         """Boundary copies of everything small that a step may change outside the
@@ -434,7 +484,7 @@ class Runtime:
         """The complete state at the last iteration boundary (what a checkpoint
         holds; tensors are live references, copy them before the next step, e.g.
         with :func:`jitbench.runtime.staging.stage_for_async_save`)."""
-        return self._state(self._completed, self._snapshot)
+        return self._state(self._completed, self._boundary_snapshot())
 
     def _meta(self) -> dict:
         opt_keys = sorted({k for s in self.reg.optimizer.state.values() for k in s})
@@ -470,7 +520,8 @@ class Runtime:
         try:
             if self.rank == 0:
                 try:
-                    self._write("periodic", step, self._snapshot)
+                    snap = self._boundary_snapshot()
+                    self._write("periodic", step, snap)
                     ckpt.prune(self.config.ckpt_dir, self.config.keep_steps)
                 except ckpt.CheckpointWriteError as exc:
                     self._fail("storage_error", error=str(exc), save=False)
@@ -480,6 +531,69 @@ class Runtime:
             self._fail("collective_error" if _is_collective_error(exc) else "exception",
                        error=f"{type(exc).__name__}: {exc}"[:500])
         self._phase, self._phase_since = "boundary", time.monotonic()
+
+    def save_async(self, step: int) -> None:
+        """Asynchronous periodic checkpoint after ``step``: rank 0 stages a copy of
+        the state and DCP writes it in the background (:mod:`jitbench.runtime.async_ckpt`);
+        other ranks do nothing. A failed write is an ``ok: false`` save event; the
+        previous checkpoint stays the newest committed one and training goes on."""
+        if self.rank != 0:
+            return
+        from jitbench.runtime.async_ckpt import AsyncCheckpointer
+
+        if self._async is None:
+            self._async = AsyncCheckpointer(self.config.ckpt_dir, self.rank, self.world_size,
+                                            self.events, self.config.keep_steps,
+                                            run_id=self.config.run_id)
+        try:
+            self._async.request(step, self._state(step, self._boundary_snapshot()), self._meta())
+        except Exception as exc:  # noqa: BLE001 - staging failed: no save, keep training
+            self.events.emit("error", where="async save", error=repr(exc)[:500])
+
+    def _probe_interval(self, step: int) -> None:
+        """``periodic:auto``: rank 0 times one checkpoint write of the current state
+        (to ``<ckpt_dir>/.probe/``, deleted after; not a checkpoint), derives the
+        interval from Young's formula and gives every rank its choice. Later
+        checkpoints record the interval, so a restored job keeps it."""
+        import shutil
+
+        from jitbench.runtime import interval as yd
+
+        self._phase, self._phase_since = "checkpoint", time.monotonic()
+        msg: list = [None, None, self._median_step()]
+        try:
+            if self.rank == 0:
+                probe_dir = os.path.join(self.config.ckpt_dir, ".probe")
+                t0 = time.monotonic()
+                self.events.emit("probe", "begin", step=step)
+                try:
+                    ckpt.write_part(probe_dir, "probe", step, self.rank, self.world_size,
+                                    self._state(step, self._boundary_snapshot()), self._meta())
+                    msg[1] = time.monotonic() - t0
+                except ckpt.CheckpointWriteError as exc:
+                    self._fail("storage_error", error=str(exc), save=False)
+                finally:
+                    shutil.rmtree(probe_dir, ignore_errors=True)
+                self.events.emit("probe", "end", step=step, dur_s=msg[1])
+                step_s = msg[2] or msg[1]
+                msg[0] = yd.steps_for_interval(yd.young_interval_s(msg[1], self.config.mtbf_s),
+                                               step_s)
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                torch.distributed.broadcast_object_list(msg, src=0)
+        except BaseException as exc:  # noqa: BLE001
+            self._fail("collective_error" if _is_collective_error(exc) else "exception",
+                       error=f"{type(exc).__name__}: {exc}"[:500])
+        self._phase, self._phase_since = "boundary", time.monotonic()
+        n, cost_s, step_s = msg
+        self.config.interval = n
+        self.events.emit("auto_interval", step=step, interval=n, cost_s=cost_s, step_s=step_s,
+                         mtbf_s=self.config.mtbf_s,
+                         young_interval_s=yd.young_interval_s(cost_s, self.config.mtbf_s),
+                         daly_interval_s=yd.daly_interval_s(cost_s, self.config.mtbf_s),
+                         formula="N = max(1, round(sqrt(2 * cost_s * mtbf_s) / step_s)) "
+                                 "(Young 1974)", durable=True)
+        if step % n == 0:
+            self.save_periodic(step)
 
     def restore(self) -> RestoreResult:
         """Load the newest valid checkpoint into the registered objects.
@@ -531,6 +645,10 @@ class Runtime:
                 res.step, res.kind, res.source, res.data = part.step, part.kind, name, state["data"]
                 res.rng_pending = True
                 self._prior_step_s = manifest.get("meta", {}).get("median_step_s")
+                prior = manifest.get("meta", {}).get("config", {})
+                if (self.config.strategy == "periodic" and self.config.interval < 1
+                        and prior.get("strategy") == "periodic" and prior.get("interval", 0) > 0):
+                    self.config.interval = prior["interval"]  # periodic:auto's earlier choice
                 snap = self._take_snapshot(rng=state["rng"], step=part.step)
                 with self._state_lock:
                     self._completed = self._step = part.step
@@ -542,6 +660,7 @@ class Runtime:
             self.events.emit("restore", "end", ok=False, error=str(exc)[:500],
                              dur_s=time.monotonic() - t0, durable=True)
             raise
+        self._auto_probe_at = res.step + self.config.auto_probe_step
         self._phase, self._phase_since = "boundary", time.monotonic()
         self.events.emit("restore", "end", step=res.step, kind=res.kind, source=res.source,
                          skipped=res.skipped, dur_s=time.monotonic() - t0, durable=True)
@@ -581,13 +700,16 @@ class Runtime:
                 f"{msg}") from exc
 
     def finish(self, final_state_path: str | None = None) -> None:
-        """End of training: optionally write the final state (rank 0; the same
-        complete state a checkpoint holds, for the bitwise ``state_equal``
-        oracle), meet at a barrier, stop the watchdog and emit ``done``."""
+        """End of training: let an async save in flight commit, optionally write the
+        final state (rank 0; the same complete state a checkpoint holds, for the
+        bitwise ``state_equal`` oracle), meet at a barrier, stop the watchdog and
+        emit ``done``."""
         self._phase, self._phase_since = "checkpoint", time.monotonic()
+        if self._async is not None:
+            self._async.wait(self.config.sync_bound_s)
         if final_state_path and self.rank == 0:
             ckpt._write_durable(_as_path(final_state_path),
-                                _to_bytes(self._state(self._completed, self._snapshot)))
+                                _to_bytes(self._state(self._completed, self._boundary_snapshot())))
         try:
             if torch.distributed.is_available() and torch.distributed.is_initialized():
                 torch.distributed.barrier()

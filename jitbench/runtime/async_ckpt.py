@@ -1,0 +1,275 @@
+"""Asynchronous periodic checkpoints (baseline ``periodic-async:N``).
+
+Every N steps rank 0 hands the state to
+:func:`torch.distributed.checkpoint.async_save` (DCP; PyTorch docs,
+"Distributed Checkpoint - torch.distributed.checkpoint", ``async_save``) and
+returns to training while a background thread writes it.
+
+What is saved is the state *at the moment of the request*: ``async_save``
+first stages the state dict with its default stager
+(``torch.distributed.checkpoint.staging.DefaultStager``, synchronous
+staging), which deep-copies every tensor into fresh CPU memory before the
+call returns (on GPU this is the device-to-host copy); only then does the
+writer thread start. The optimizer keeps stepping on the live tensors, the
+writer reads the copies. The main thread's stall is this staging copy plus,
+when the previous save is still writing, the wait for it (at most one save is
+in flight, as in torchtitan's async checkpointing).
+
+Commit rule (the same as :mod:`jitbench.runtime.checkpoint`): DCP writes into
+``<stem>.dcp.tmp/``; when the writer's future completes, the directory is
+renamed to ``<stem>.dcp`` and a manifest ``<stem>.json`` (step, world size,
+size and SHA-256 of every file, the layout of every tensor) is written
+atomically; the manifest's rename is the commit. A save that is still writing
+when the process dies leaves only a ``.tmp`` directory, which restore never
+looks at, so restore picks the newest *completed* checkpoint.
+
+Loading never unpickles arbitrary objects: the state is split into its
+tensors (saved by DCP as tensors) and a skeleton (every non-tensor value, with
+placeholders where the tensors were) serialised with :func:`torch.save` into a
+``uint8`` tensor and read back with ``torch.load(weights_only=True)``. DCP's
+own handling of non-tensor values would unpickle them with
+``weights_only=False``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+
+from jitbench.runtime import checkpoint as ckpt
+from jitbench.runtime.events import EventLog
+
+KIND = "async"
+"""Checkpoint kind (part names ``async_stepSSSSSSSS_rankRRRRR``)."""
+SKELETON_KEY = "__skeleton__"
+_PLACEHOLDER = "__dcp_tensor__"
+
+
+def split_state(state: Any) -> tuple[dict[str, torch.Tensor], Any]:
+    """Split a nested state into ``({key: tensor}, skeleton)``.
+
+    The skeleton is ``state`` with every tensor replaced by ``{"__dcp_tensor__": key}``.
+    The tensors are the live ones (not copies).
+    """
+    tensors: dict[str, torch.Tensor] = {}
+
+    def walk(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            key = f"t{len(tensors):06d}"
+            tensors[key] = x.detach()
+            return {_PLACEHOLDER: key}
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if isinstance(x, tuple):
+            return tuple(walk(v) for v in x)
+        return x
+
+    return tensors, walk(state)
+
+
+def join_state(tensors: dict[str, torch.Tensor], skeleton: Any) -> Any:
+    """Inverse of :func:`split_state`."""
+
+    def walk(x: Any) -> Any:
+        if isinstance(x, dict):
+            if len(x) == 1 and _PLACEHOLDER in x:
+                return tensors[x[_PLACEHOLDER]]
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if isinstance(x, tuple):
+            return tuple(walk(v) for v in x)
+        return x
+
+    return walk(skeleton)
+
+
+def _skeleton_tensor(skeleton: Any) -> torch.Tensor:
+    buf = io.BytesIO()
+    torch.save(skeleton, buf)
+    return torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+
+
+def _file_digests(d: Path) -> dict[str, list]:
+    out = {}
+    for f in sorted(d.iterdir()):
+        if f.is_file():
+            h = hashlib.sha256()
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            out[f.name] = [f.stat().st_size, h.hexdigest()]
+    return out
+
+
+def _fsync_files(d: Path) -> None:
+    for f in d.iterdir():
+        if f.is_file():
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    ckpt.fsync_dir(d)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+class AsyncCheckpointer:
+    """Writes periodic checkpoints with DCP ``async_save`` (one in flight at a time).
+
+    Args:
+        ckpt_dir: checkpoint directory (shared by all ranks).
+        rank: the writing rank (recorded in the part name).
+        world_size: recorded in the manifest (restore checks it).
+        events: the rank's event log (``stage`` begin/end on the main thread;
+            ``save`` begin at the request, ``save`` end at the commit, from the
+            writer thread).
+        keep_steps: committed steps kept after each commit (older ones pruned).
+        run_id: identity of the training job, recorded in the manifest (restore
+            refuses parts of another job).
+    """
+
+    def __init__(self, ckpt_dir: str | os.PathLike, rank: int, world_size: int, events: EventLog,
+                 keep_steps: int = 2, run_id: str = "") -> None:
+        self.dir = Path(ckpt_dir)
+        self.run_id = run_id
+        self.rank, self.world_size, self.events, self.keep_steps = rank, world_size, events, keep_steps
+        self._inflight: Future | None = None
+        self._done = threading.Event()
+        self._done.set()
+        self.committed: list[int] = []
+        """Steps committed by this process, in order."""
+
+    def request(self, step: int, state: dict, meta: dict | None = None) -> float:
+        """Stage a copy of ``state`` now and write it in the background.
+
+        Returns:
+            The main thread's stall (s): the wait for the previous save plus staging.
+        """
+        t0 = time.monotonic()
+        self.events.emit("stage", "begin", kind=KIND, step=step)
+        waited_s = self.wait()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        stem = ckpt.part_name(KIND, step, self.rank)
+        tmp, final, manifest = (self.dir / f"{stem}.dcp.tmp", self.dir / f"{stem}.dcp",
+                                self.dir / f"{stem}.json")
+        for p in (manifest, final, tmp):  # a previous attempt's leftovers of the same step
+            _remove(p)
+        tensors, skeleton = split_state(state)
+        payload = {**tensors, SKELETON_KEY: _skeleton_tensor(skeleton)}
+        layout = {k: [list(t.shape), str(t.dtype).removeprefix("torch.")]
+                  for k, t in payload.items()}
+        self.events.emit("save", "begin", kind=KIND, step=step, durable=True)
+        self._done.clear()
+        try:
+            fut = dcp.async_save(payload, storage_writer=dcp.FileSystemWriter(str(tmp)),
+                                 no_dist=True)
+        except BaseException:
+            self._done.set()
+            raise
+        # async_save has staged (deep-copied) every tensor before returning
+        # (DefaultStager, synchronous staging): the live state may change now.
+        upload = fut.upload_completion if hasattr(fut, "upload_completion") else fut
+        self._inflight = upload
+        stall_s = time.monotonic() - t0
+        self.events.emit("stage", "end", kind=KIND, step=step, dur_s=stall_s, waited_s=waited_s)
+        upload.add_done_callback(
+            lambda f: self._commit(f, step, tmp, final, manifest, layout, meta or {}, t0))
+        return stall_s
+
+    def _commit(self, fut: Future, step: int, tmp: Path, final: Path, mpath: Path, layout: dict,
+                meta: dict, t0: float) -> None:
+        try:
+            fut.result()
+            _fsync_files(tmp)
+            os.replace(tmp, final)
+            ckpt.fsync_dir(self.dir)
+            files = _file_digests(final)
+            manifest = {"manifest_version": ckpt.MANIFEST_VERSION, "kind": KIND,
+                        "format": ckpt.FORMAT, "storage": "dcp", "parts_needed": 1,
+                        "step": step, "rank": self.rank, "world_size": self.world_size,
+                        "run_id": self.run_id, "bytes": sum(s for s, _ in files.values()), "files": files,
+                        "tensors": layout, "meta": meta}
+            ckpt._write_durable(mpath, json.dumps(manifest, sort_keys=True).encode())  # commit
+            self.committed.append(step)
+            self.events.emit("save", "end", kind=KIND, step=step, ok=True, part=final.name,
+                             bytes=manifest["bytes"], dur_s=time.monotonic() - t0, durable=True)
+            ckpt.prune(self.dir, self.keep_steps)
+        except BaseException as exc:  # noqa: BLE001 - a failed async save leaves the last good one
+            self.events.emit("save", "end", kind=KIND, step=step, ok=False,
+                             error=f"{type(exc).__name__}: {exc}"[:500], durable=True)
+        finally:
+            self._done.set()
+
+    def wait(self, timeout_s: float | None = None) -> float:
+        """Block until the in-flight save has committed (or failed); returns the wait (s)."""
+        t0 = time.monotonic()
+        self._done.wait(timeout_s)
+        return time.monotonic() - t0
+
+    @property
+    def busy(self) -> bool:
+        """A save is being written."""
+        return not self._done.is_set()
+
+
+def validate_dir(path: Path, manifest: dict) -> None:
+    """Check every file of a DCP part against its manifest.
+
+    Raises:
+        CheckpointError: a file is missing, or its size or SHA-256 differs.
+    """
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        raise ckpt.CheckpointCorrupt(f"{path.name}: manifest lists no files")
+    if not path.is_dir():
+        raise ckpt.CheckpointCorrupt(f"{path.name}: missing")
+    digests = _file_digests(path)
+    for name, (size, sha) in files.items():
+        if name not in digests:
+            raise ckpt.CheckpointCorrupt(f"{path.name}/{name}: missing")
+        if digests[name][0] != size:
+            raise ckpt.CheckpointCorrupt(f"{path.name}/{name}: {digests[name][0]} bytes, manifest "
+                                       f"says {size} (truncated)")
+        if digests[name][1] != sha:
+            raise ckpt.CheckpointCorrupt(f"{path.name}/{name}: SHA-256 mismatch (corrupt)")
+
+
+def load_dir(path: Path, manifest: dict) -> dict:
+    """Load a validated DCP part into a plain state dict (CPU tensors).
+
+    Raises:
+        CheckpointError: the layout is unusable or DCP cannot read it.
+    """
+    try:
+        template = {k: torch.empty(shape, dtype=getattr(torch, dtype))
+                    for k, (shape, dtype) in manifest["tensors"].items()}
+        dcp.load(template, storage_reader=dcp.FileSystemReader(str(path)), no_dist=True)
+        blob = template.pop(SKELETON_KEY)
+        skeleton = torch.load(io.BytesIO(blob.numpy().tobytes()), map_location="cpu",
+                              weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any read error means "invalid"
+        raise ckpt.CheckpointCorrupt(f"{path.name}: does not load ({exc})") from exc
+    return join_state(template, skeleton)
