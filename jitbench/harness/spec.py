@@ -99,6 +99,10 @@ class RunSpec:
     from its newest valid checkpoint."""
     mtbf_s: float | None = None
     """The job's mean time between failures (s, whole job) for ``periodic:auto``."""
+    segments: list = field(default_factory=list)
+    """Steady-state overhead runs only: ``[[first_step, strategy, repeat], ...]``; the
+    worker switches the runtime's strategy at each first step
+    (:mod:`jitbench.harness.overhead`). Empty: one strategy for the whole run."""
     version: int = SPEC_VERSION
 
     @property
@@ -201,7 +205,7 @@ class RunSpec:
         the same key train bitwise identically when fault-free (checkpointing only
         reads the state), so they can share one reference run."""
         d = asdict(self)
-        for k in ("faults", "strategy", "mtbf_s", "max_restarts"):
+        for k in ("faults", "strategy", "mtbf_s", "max_restarts", "segments"):
             d.pop(k)
         return json.dumps(d, sort_keys=True)
 

@@ -40,6 +40,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from jitbench.faults import Injector, make_fault
+from jitbench.harness import overhead
 from jitbench.harness.launch import die_with_parent
 from jitbench.harness.spec import RunSpec
 from jitbench.runtime import reduce
@@ -133,6 +134,8 @@ def main(argv: list[str]) -> int:
         _give_up(events, EXIT_BAD_CHECKPOINT, "restore", exc)
     accum = spec.workload.grad_accum
     for step in range(res.step + 1, spec.steps + 1):
+        if spec.segments:
+            overhead.apply_segment(rt, spec, step, events)
         with rt.step(step) as info:
             info["rng"] = rng_digest()  # after the deferred RNG restore, before any draw
             injector.step = step

@@ -173,21 +173,33 @@ class RestoreResult:
     """The saved RNG streams are set at the start of the next :meth:`Runtime.step`."""
 
 
+def capture_rng_raw() -> tuple:
+    """Every RNG stream's state as its own API returns it, unconverted (the per-step
+    hot path; :func:`rng_state` converts it when a checkpoint is written). Each
+    part is a copy: ``random.getstate`` and ``np.random.get_state`` build new
+    objects, ``torch.get_rng_state`` returns a new tensor."""
+    cuda = (torch.cuda.get_rng_state_all()
+            if torch.cuda.is_available() and torch.cuda.is_initialized() else [])
+    return random.getstate(), np.random.get_state(legacy=False), torch.get_rng_state(), cuda
+
+
 def capture_rng() -> dict:
     """Every RNG stream of this process: python, numpy, torch CPU, CUDA (if initialised)."""
-    py = random.getstate()
-    npst = np.random.get_state(legacy=False)
+    return rng_state(capture_rng_raw())
+
+
+def rng_state(raw: tuple) -> dict:
+    """The checkpoint form (tensors and primitive values) of :func:`capture_rng_raw`'s output."""
+    py, npst, torch_state, cuda = raw
     state = {
         "python": [py[0], list(py[1]), py[2]],
         "numpy": {"bit_generator": npst["bit_generator"],
                   "key": torch.from_numpy(npst["state"]["key"].astype(np.int64)),
                   "pos": int(npst["state"]["pos"]), "has_gauss": int(npst["has_gauss"]),
                   "gauss": float(npst["gauss"])},
-        "torch": torch.get_rng_state(),
-        "cuda": [],
+        "torch": torch_state,
+        "cuda": list(cuda),
     }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
@@ -269,6 +281,7 @@ class Runtime:
         self._prior_step_s: float | None = None
         self._snapshot: dict | None = None
         self._pending_rng: dict | None = None
+        self._live_buffers: list | None = None  # (name, tensor) cached by _take_snapshot
         self._async = None  # AsyncCheckpointer, created on rank 0 at the first async save
         self._auto_probe_at = config.auto_probe_step
         self._stop = threading.Event()
@@ -372,13 +385,14 @@ class Runtime:
         self._phase = "mutating"
 
     def _end(self, step: int, info: dict) -> None:
-        dur = time.monotonic() - self._phase_since
+        t_end = time.monotonic()
+        dur = t_end - self._phase_since
         if self._phase != "mutating":  # no optimizer step ran: still take the lock
             self._state_lock.acquire()
             self._holds_state_lock = True
         try:
             if self.config.strategy == "jit":  # only a JIT failure save reads it every step
-                self._snapshot = self._take_snapshot(step=step)
+                self._snapshot = self._take_snapshot(step=step, into=self._snapshot)
             self._completed = step
             self._step_times.append(dur)
             self._phase = "boundary"
@@ -386,7 +400,9 @@ class Runtime:
         finally:
             self._holds_state_lock = False
             self._state_lock.release()
-        self.events.emit("step", "end", step=step, dur_s=dur, **info)
+        # rt_s: the runtime's own time at this step end (lock, snapshot): its hot path
+        self.events.emit("step", "end", step=step, dur_s=dur, rt_s=time.monotonic() - t_end,
+                         **info)
         c = self.config
         if c.interval > 0 and step % c.interval == 0:
             if c.strategy in ("periodic", "jit"):
@@ -427,23 +443,42 @@ class Runtime:
             return snap
         return self._take_snapshot()
 
-    def _take_snapshot(self, rng: dict | None = None, step: int | None = None) -> dict:
+    def _take_snapshot(self, rng: dict | None = None, step: int | None = None,
+                       into: dict | None = None) -> dict:
         """Boundary copies of everything small that a step may change outside the
         optimizer step (see the module docstring): RNG, buffers, scheduler,
-        scaler, optimizer hyper-parameters, data position, extra state."""
+        scaler, optimizer hyper-parameters, data position, extra state.
+
+        The RNG streams are kept raw (:func:`capture_rng_raw`; converted when a
+        checkpoint is written). ``into``: the previous snapshot, whose buffer
+        tensors are overwritten in place with one ``torch._foreach_copy_`` (the
+        per-step hot path under ``jit``). The buffer list is cached by a call
+        without ``into`` (``register``, ``restore``): buffers must be updated in
+        place, as BatchNorm's are; a script that replaces a buffer tensor calls
+        :meth:`register` again.
+        """
         r = self.reg
-        m = r.model
         step = self._completed if step is None else step
-        buffers = {}
-        if m is not None:
-            for name, b in m.named_buffers():
-                buffers[name] = b.detach().clone()
+        live = self._live_buffers
+        if into is not None and live is not None and len(into["buffers"]) == len(live):
+            buffers = into["buffers"]
+            if live:
+                dst, src = list(buffers.values()), [b for _, b in live]
+                try:
+                    torch._foreach_copy_(dst, src)
+                except (AttributeError, RuntimeError):  # no foreach kernel: one copy each
+                    for d, b in zip(dst, src, strict=True):
+                        d.copy_(b)
+        else:
+            m = r.model
+            self._live_buffers = [(n, b.detach()) for n, b in m.named_buffers()] if m else []
+            buffers = {n: b.clone() for n, b in self._live_buffers}
         groups = None
         if r.optimizer is not None:
             groups = [copy.deepcopy({k: v for k, v in g.items() if k != "params"})
                       for g in r.optimizer.param_groups]
         return {
-            "rng": rng if rng is not None else capture_rng(),
+            "rng": rng if rng is not None else capture_rng_raw(),
             "buffers": buffers,
             "param_groups": groups,
             "scheduler": (copy.deepcopy(r.scheduler.state_dict())
@@ -465,6 +500,7 @@ class Runtime:
             if name in model_sd:
                 model_sd[name] = b
         opt_sd = r.optimizer.state_dict()
+        rng = snapshot["rng"]
         if snapshot.get("param_groups") is not None:
             opt_sd["param_groups"] = [{**hp, "params": g["params"]} for hp, g in
                                       zip(snapshot["param_groups"], opt_sd["param_groups"],
@@ -474,7 +510,7 @@ class Runtime:
             "optimizer": opt_sd,
             "scheduler": snapshot["scheduler"],
             "scaler": snapshot["scaler"],
-            "rng": snapshot["rng"],
+            "rng": rng_state(rng) if isinstance(rng, tuple) else rng,
             "data": snapshot["data"],
             "step": step,
             "extra": snapshot["extra"],
