@@ -9,6 +9,8 @@ call the harness. Exit statuses (also in README.md):
 2     bad input: flag, value, scenario file, data path, run directory
 3     the training job did not complete (restart budget exhausted, timeout)
 4     correctness violated (``state_equal`` false, or replay bound broken)
+5     ``gate``: a metric regressed against the baseline
+6     ``gate``: the results are not comparable with the baseline
 130   interrupted (Ctrl-C / SIGTERM); what was recorded is kept
 ====  =====================================================================
 """
@@ -26,6 +28,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from jitbench.benchcli import MtbfOpt, parse_duration_s, register
 from jitbench.faults import FAULTS, FaultSpec
 from jitbench.harness.spec import RunSpec, SpecError
 from jitbench.workloads import DataError, WorkloadConfig
@@ -52,7 +55,8 @@ class InputError(Exception):
 Workload = Annotated[str, typer.Option("--workload", "-w", help="gpt or resnet.")]
 Size = Annotated[str | None, typer.Option(help="Model size by name (gpt: tiny/small/medium/gpt2; "
                                                 "resnet: resnet18/resnet50).")]
-Strategy = Annotated[str, typer.Option(help="jit, periodic:N or none.")]
+Strategy = Annotated[str, typer.Option(help="jit, none, periodic:N, periodic-async:N or "
+                                            "periodic:auto (needs --mtbf).")]
 Nproc = Annotated[int, typer.Option("--nproc", help="Ranks per node.")]
 Steps = Annotated[int, typer.Option(help="Optimizer steps.")]
 Seed = Annotated[int, typer.Option(help="Seed for init, dropout, data order and random faults.")]
@@ -155,6 +159,7 @@ def run(
     overwrite: Annotated[bool, typer.Option(help="Replace a non-empty run directory.")] = False,
     timeout_s: Annotated[float | None, typer.Option(help="Stop a launch after this long (s).")]
     = None,
+    mtbf: MtbfOpt = None,
     as_json: Json = False,
 ) -> None:
     """Train a workload under a checkpointing strategy, inject a fault, measure recovery."""
@@ -180,7 +185,8 @@ def run(
                    max_restarts=max_restarts, hang_floor_s=hang_floor_s,
                    hang_factor=hang_factor, hang_first_s=hang_first_s,
                    deterministic_reduce=deterministic_reduce,
-                   ckpt_dir=str(ckpt_dir.resolve()) if ckpt_dir is not None else None)
+                   ckpt_dir=str(ckpt_dir.resolve()) if ckpt_dir is not None else None,
+                   mtbf_s=parse_duration_s(mtbf))
     spec.validate()
     _check_size(workload, size)
     _check_data(workload, data, wl, spec.world_size)
@@ -344,6 +350,9 @@ def validate(
         raise InputError(f"{results}: no run with a failure to validate against")
     if strict and not table["within_tolerance"].all():
         raise typer.Exit(EXIT_INCORRECT)
+
+
+register(app)  # sweep, overhead, report, gate (jitbench/benchcli.py)
 
 
 def _on_sigterm(signum, frame) -> None:
