@@ -8,8 +8,8 @@ Bad input raises :class:`~jitbench.harness.spec.SpecError`, which the CLI's
 ``main`` turns into one line and exit status 2. Exit statuses of these
 commands (also in README.md): 0 success; 2 bad input; 3 a run did not
 complete; 4 a correctness invariant failed (``state_equal`` false or the
-replay invariant broken); 5 the gate found a regression; 6 the gate refused
-incomparable results.
+replay invariant broken; for ``gate``: in the results); 5 the gate found a
+timing regression; 6 the gate refused incomparable results.
 """
 
 from __future__ import annotations
@@ -257,24 +257,32 @@ def register(app: typer.Typer) -> None:
                                                       "before it is a regression.")] = 0.5,
         floor_s: Annotated[float, typer.Option(help="Absolute slack (s): a timing that grew "
                                                     "by less is within noise.")] = 1.0,
+        strict_machine: Annotated[bool, typer.Option(help="Also require the same host name and "
+                                                          "CPU count.")] = False,
+        verbose: Annotated[bool, typer.Option(help="Also print the comparisons that are "
+                                                   "ok.")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Print every comparison as "
                                                              "JSON.")] = False,
     ) -> None:
-        """Compare RESULTS with a stored baseline; exit 5 on a regression, 6 if incomparable."""
+        """Compare RESULTS with a stored baseline: exit 4 if an invariant is broken, 5 on a
+        timing regression, 6 if the results are not comparable."""
         from jitbench.harness.sweep import load_results
         from jitbench.reports import gate as g
 
         base_t, new_t = load_results(baseline), load_results(results)
         try:
-            verdict = g.compare(base_t, new_t, tolerance=tolerance, floor_s=floor_s)
+            verdict = g.compare(base_t, new_t, tolerance=tolerance, floor_s=floor_s,
+                                strict_machine=strict_machine)
         except g.Incomparable as exc:
             print(f"error: incomparable results: {exc}", file=sys.stderr)
             raise typer.Exit(EXIT_INCOMPARABLE) from None
         if as_json:
             print(json.dumps([c.__dict__ for c in verdict.checks], default=str))
         else:
-            for line in verdict.lines():
+            for line in verdict.lines(verbose):
                 print(line)
+        if verdict.violations:
+            raise typer.Exit(EXIT_INCORRECT)
         if verdict.regressions:
             raise typer.Exit(EXIT_REGRESSION)
 

@@ -1,0 +1,230 @@
+"""Regression gate: compare a results table with a stored baseline.
+
+``jitbench gate --baseline FILE RESULTS`` decides on three kinds of evidence.
+
+1. **Comparability** (else :class:`Incomparable`, exit 6). These keys must match:
+
+   - ``results_version``: the schema of the table;
+   - per configuration (``workload``, ``strategy``, ``fault``): ``spec_hash``, the hash
+     of the complete run spec (model size, steps, batch, world size, seed, fault
+     rank and step, backend, detection settings, deterministic reduction). The
+     results and the baseline must hold the same configurations;
+   - ``machine_torch``: the torch version (it decides checkpoint formats, DCP
+     and kernels).
+
+   Host name, CPU count, platform and Python version may differ (a CI runner is
+   not the machine the baseline was recorded on); the gate prints a note, and
+   timing tolerances are generous for that reason. ``strict_machine`` also
+   requires ``machine_host`` and ``machine_cpus`` to match.
+
+2. **Invariants, exactly** (exit 4 when broken), on every row of the results:
+   the run completed, ``state_equal`` is true, and ``replay_ok`` is true (the
+   restore replayed exactly the steps since the newest committed checkpoint,
+   and under ``jit`` at most one step per failure).
+
+3. **Timings, as ratios with a noise-aware tolerance** (exit 5 on a
+   regression), per configuration and metric (:data:`TIMINGS`): with ``b`` the
+   baseline's repeats and ``r`` the results' repeats, the results regress when
+
+       median(r) > median(b) * (1 + tolerance) * (1 + noise)   and
+       median(r) - median(b) > floor
+
+   where ``noise = max(spread(b), spread(r))`` and ``spread(x) = (max(x) -
+   min(x)) / median(x)`` over repeats (0 for one run), and ``floor`` is
+   ``floor_s`` seconds (``floor_s x world_size`` for GPU-second metrics): a
+   millisecond save that doubles on a loaded machine is noise, not a
+   regression. A slower median inside that band is reported as "within noise".
+
+One line per regressed metric and per broken invariant is printed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+TIMINGS = ("detect_s", "save_s", "restart_s", "restore_s", "recovery_s", "wasted_gpu_s",
+           "step_s")
+"""Timing metrics compared (lower is better)."""
+KEY = ("workload", "strategy", "fault")
+MACHINE_KEYS = ("machine_torch",)
+STRICT_MACHINE_KEYS = ("machine_host", "machine_cpus")
+INFO_MACHINE_KEYS = ("machine_host", "machine_cpus", "machine_platform", "machine_python")
+
+
+class Incomparable(ValueError):
+    """The results cannot be compared with the baseline (the message says why)."""
+
+
+@dataclass
+class Check:
+    """One comparison."""
+
+    config: str
+    """``workload/strategy/fault``."""
+    metric: str
+    status: str
+    """``ok``, ``within noise``, ``regression`` or ``violation``."""
+    value: float | None = None
+    baseline: float | None = None
+    ratio: float | None = None
+    allowed_ratio: float | None = None
+    detail: str = ""
+
+    def line(self) -> str:
+        if self.status == "violation":
+            return f"VIOLATION  {self.config} {self.metric}: {self.detail}"
+        tag = {"regression": "REGRESSION", "within noise": "within noise", "ok": "ok"}[self.status]
+        unit = "GPU-s" if self.metric.endswith("gpu_s") else "s"
+        return (f"{tag:<12} {self.config} {self.metric}: {self.value:.3f} {unit} vs baseline "
+                f"{self.baseline:.3f} {unit} (x{self.ratio:.2f}; allowed x{self.allowed_ratio:.2f}"
+                f"{', ' + self.detail if self.detail else ''})")
+
+
+@dataclass
+class Verdict:
+    """All checks of one gate run."""
+
+    checks: list[Check] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "regression"]
+
+    @property
+    def violations(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "violation"]
+
+    def lines(self, verbose: bool = False) -> list[str]:
+        """Violations and regressions (one line each), "within noise" lines, notes, summary."""
+        out = [c.line() for c in self.violations] + [c.line() for c in self.regressions]
+        out += [c.line() for c in self.checks if c.status == "within noise"]
+        if verbose:
+            out += [c.line() for c in self.checks if c.status == "ok"]
+        out += [f"note: {n}" for n in self.notes]
+        n_t = sum(1 for c in self.checks if c.status != "violation" and c.metric in TIMINGS)
+        verdict = ("FAIL" if self.violations or self.regressions else "PASS")
+        out.append(f"gate: {verdict}: {len(self.violations)} invariant violations, "
+                   f"{len(self.regressions)} timing regressions, "
+                   f"{sum(1 for c in self.checks if c.status == 'within noise')} within noise, "
+                   f"{n_t} timings compared")
+        return out
+
+
+def _config(row) -> str:
+    return "/".join(str(row[k]) for k in KEY)
+
+
+def _col(t, name: str):
+    if name not in t.columns:
+        raise Incomparable(f"the table lacks the column {name!r} (not a jitbench results table?)")
+    return t[name]
+
+
+def _spread(xs: list[float]) -> float:
+    med = statistics.median(xs)
+    return (max(xs) - min(xs)) / med if len(xs) > 1 and med > 0 else 0.0
+
+
+def _truthy(v) -> bool:
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, str):
+        return v.strip().lower() == "true"
+    return v is True or v == 1
+
+
+def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
+            strict_machine: bool = False) -> Verdict:
+    """Compare two results tables (pandas DataFrames, one row per run).
+
+    Args:
+        baseline: the stored baseline (several repeats per configuration give its noise).
+        results: the new results.
+        tolerance: allowed growth of a median beyond the noise band (0.5: +50%).
+        floor_s: absolute slack (s) below which a slower timing is within noise.
+        strict_machine: also require the same host name and CPU count.
+
+    Raises:
+        Incomparable: a comparability key differs (see the module docstring).
+    """
+    import pandas as pd
+
+    v = Verdict()
+    for name, t in (("baseline", baseline), ("results", results)):
+        if not len(t):
+            raise Incomparable(f"the {name} table is empty")
+        for k in (*KEY, "spec_hash", "results_version", *MACHINE_KEYS):
+            _col(t, k)
+    bv, rv = set(_col(baseline, "results_version")), set(_col(results, "results_version"))
+    if bv != rv or len(bv) != 1:
+        raise Incomparable(f"results_version {sorted(rv)} vs baseline {sorted(bv)}")
+    for k in MACHINE_KEYS + (STRICT_MACHINE_KEYS if strict_machine else ()):
+        bk, rk = set(map(str, _col(baseline, k))), set(map(str, _col(results, k)))
+        if bk != rk:
+            raise Incomparable(f"{k} {sorted(rk)} vs baseline {sorted(bk)}")
+    for k in INFO_MACHINE_KEYS:
+        if k in baseline.columns and k in results.columns:
+            bk, rk = set(map(str, baseline[k])), set(map(str, results[k]))
+            if bk != rk:
+                v.notes.append(f"{k} differs ({', '.join(sorted(rk))} vs baseline "
+                               f"{', '.join(sorted(bk))}); timings compared with tolerance "
+                               f"{tolerance:.0%} beyond the noise band")
+    bh = baseline.groupby(list(KEY))["spec_hash"].agg(lambda s: sorted(set(s)))
+    rh = results.groupby(list(KEY))["spec_hash"].agg(lambda s: sorted(set(s)))
+    missing = sorted("/".join(map(str, k)) for k in set(rh.index) - set(bh.index))
+    if missing:
+        raise Incomparable(f"configurations not in the baseline: {', '.join(missing)}")
+    lacking = sorted("/".join(map(str, k)) for k in set(bh.index) - set(rh.index))
+    if lacking:
+        raise Incomparable(f"baseline configurations missing from the results: "
+                           f"{', '.join(lacking)}")
+    for k in rh.index:
+        if rh[k] != bh[k]:
+            raise Incomparable(f"{'/'.join(map(str, k))}: spec_hash {rh[k]} vs baseline {bh[k]} "
+                               "(the run spec changed: record a new baseline)")
+
+    # invariants, exactly
+    for _, r in results.iterrows():
+        cfg = _config(r)
+        if "completed" in results.columns and not _truthy(r["completed"]):
+            v.checks.append(Check(cfg, "completed", "violation", detail="the run did not complete"))
+            continue
+        if not _truthy(r.get("state_equal")):
+            v.checks.append(Check(cfg, "state_equal", "violation",
+                                  detail=f"false (max_abs_diff {r.get('max_abs_diff')})"))
+        if not _truthy(r.get("replay_ok")):
+            v.checks.append(Check(cfg, "replayed_steps", "violation",
+                                  detail=f"replayed {r.get('replayed_steps')}, expected "
+                                         f"{r.get('expected_replayed_steps')}"
+                                         + (" (jit: at most 1 per failure)"
+                                            if r["strategy"] == "jit" else "")))
+
+    # timings, as ratios with a noise-aware tolerance
+    for k in rh.index:
+        sel_b = (baseline[list(KEY)] == pd.Series(k, index=list(KEY))).all(axis=1)
+        sel_r = (results[list(KEY)] == pd.Series(k, index=list(KEY))).all(axis=1)
+        cfg = "/".join(map(str, k))
+        world = int(results[sel_r]["world_size"].iloc[0]) if "world_size" in results else 1
+        for m in TIMINGS:
+            if m not in baseline.columns or m not in results.columns:
+                continue
+            b = [float(x) for x in pd.to_numeric(baseline[sel_b][m], errors="coerce").dropna()]
+            r = [float(x) for x in pd.to_numeric(results[sel_r][m], errors="coerce").dropna()]
+            if not b or not r:
+                continue
+            mb, mr = statistics.median(b), statistics.median(r)
+            noise = max(_spread(b), _spread(r))
+            allowed = (1 + tolerance) * (1 + noise)
+            floor = floor_s * (world if m.endswith("gpu_s") else 1)
+            ratio = mr / mb if mb > 0 else (1.0 if mr <= 0 else float("inf"))
+            if mr > mb * allowed and mr - mb > floor:
+                status = "regression"
+            elif mr > mb:
+                status = "within noise"
+            else:
+                status = "ok"
+            v.checks.append(Check(cfg, m, status, mr, mb, ratio, allowed,
+                                  f"noise {noise:.0%}, {len(b)} baseline / {len(r)} new runs"))
+    return v

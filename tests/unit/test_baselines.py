@@ -1,0 +1,205 @@
+"""Baselines without processes: strategy parsing, the Young/Daly interval, async
+checkpoints (staged at request, committed by manifest), the JIT hot path."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from jitbench.benchcli import parse_duration_s
+from jitbench.harness.spec import RunSpec, SpecError, Strategy
+from jitbench.runtime import async_ckpt
+from jitbench.runtime import checkpoint as ckpt
+from jitbench.runtime import interval as yd
+from jitbench.runtime.events import EventLog, read_events
+from jitbench.runtime.jit import Runtime, RuntimeConfig, capture_rng, rng_state
+
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+
+
+def test_strategy_forms():
+    assert Strategy.parse("periodic-async:4") == Strategy("periodic-async", 4)
+    auto = Strategy.parse("periodic:auto")
+    assert auto.auto and auto.name == "periodic" and str(auto) == "periodic:auto"
+    assert str(Strategy.parse("periodic-async:4")) == "periodic-async:4"
+    for bad in ("periodic-async:0", "periodic-async:auto", "async:3", "periodic:"):
+        with pytest.raises(SpecError):
+            Strategy.parse(bad)
+
+
+def test_auto_needs_mtbf_and_strategy_does_not_change_training_key():
+    with pytest.raises(SpecError, match="--mtbf"):
+        RunSpec(strategy="periodic:auto").validate()
+    RunSpec(strategy="periodic:auto", mtbf_s=60.0).validate()
+    with pytest.raises(SpecError, match="> 0"):
+        RunSpec(mtbf_s=-1.0).validate()
+    a, b = RunSpec(strategy="jit"), RunSpec(strategy="periodic-async:3")
+    assert a.training_key() == b.training_key()
+    b.workload.steps += 1
+    assert a.training_key() != b.training_key()
+
+
+def test_durations():
+    assert parse_duration_s("90") == 90.0 and parse_duration_s("2h") == 7200.0
+    assert parse_duration_s("1.5m") == 90.0 and parse_duration_s(None) is None
+    for bad in ("0", "-3", "2x", "h"):
+        with pytest.raises(SpecError):
+            parse_duration_s(bad)
+
+
+def test_young_daly():
+    # Young: sqrt(2 * 10 s * 3600 s) = 268.3 s
+    assert yd.young_interval_s(10, 3600) == pytest.approx(math.sqrt(72000))
+    # Daly is within a few per cent of Young when o << M, and M when o >= 2M
+    assert yd.daly_interval_s(10, 3600) == pytest.approx(
+        math.sqrt(72000) * (1 + math.sqrt(10 / 7200) / 3 + (10 / 7200) / 9) - 10)
+    assert abs(yd.daly_interval_s(10, 3600) / yd.young_interval_s(10, 3600) - 1) < 0.05
+    assert yd.daly_interval_s(50, 20) == 20
+    assert yd.steps_for_interval(268.3, 0.5) == 537 and yd.steps_for_interval(0.1, 1.0) == 1
+    with pytest.raises(ValueError):
+        yd.young_interval_s(0, 10)
+    with pytest.raises(ValueError):
+        yd.steps_for_interval(1.0, 0.0)
+
+
+def _model_and_state():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.BatchNorm1d(64))
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    m(torch.randn(8, 64)).sum().backward()
+    opt.step()
+    state = {"model": m.state_dict(), "optimizer": opt.state_dict(), "step": 7,
+             "rng": capture_rng(), "data": {"epoch": 0, "position": 7}, "tup": (1, 2.5)}
+    return m, opt, state
+
+
+def _flat(x, prefix=""):
+    if isinstance(x, torch.Tensor):
+        return {prefix: x.clone()}
+    if isinstance(x, dict):
+        return {k2: v2 for k, v in x.items() for k2, v2 in _flat(v, f"{prefix}.{k}").items()}
+    if isinstance(x, (list, tuple)):
+        return {k2: v2 for i, v in enumerate(x) for k2, v2 in _flat(v, f"{prefix}.{i}").items()}
+    return {prefix: x}
+
+
+def test_async_saves_the_state_at_request_time(tmp_path):
+    m, opt, state = _model_and_state()
+    want = _flat(state)
+    ev = EventLog(tmp_path / "attempt000_rank00000.jsonl", 0, 0)
+    ac = async_ckpt.AsyncCheckpointer(tmp_path / "ckpt", 0, 2, ev)
+    stall_s = ac.request(7, state, {"k": 1})
+    assert stall_s >= 0
+    with torch.no_grad():  # the optimizer keeps stepping while the writer works
+        for p in m.parameters():
+            p.add_(1.0)
+        for s in opt.state.values():
+            s["exp_avg"].mul_(3.0)
+    ac.wait()
+    part, _ = ckpt.newest_valid(tmp_path / "ckpt", 2)
+    assert (part.kind, part.step, part.path.suffix) == ("async", 7, ".dcp")
+    got, manifest = ckpt.load_part(part, 2)
+    assert manifest["format"] == "dcp" and manifest["meta"] == {"k": 1}
+    flat = _flat(got)
+    assert flat.keys() == want.keys()
+    for k, v in want.items():
+        if isinstance(v, torch.Tensor):
+            assert torch.equal(flat[k], v), k
+        else:
+            assert flat[k] == v, k
+    assert got["tup"] == (1, 2.5) and isinstance(got["optimizer"]["state"], dict)
+    names = [(e["event"], e["phase"]) for e in read_events(tmp_path)]
+    assert names == [("stage", "begin"), ("save", "begin"), ("stage", "end"), ("save", "end")]
+
+
+def test_async_checkpoint_is_visible_only_when_complete(tmp_path, monkeypatch):
+    _, _, state = _model_and_state()
+    ev = EventLog(tmp_path / "attempt000_rank00000.jsonl", 0, 0)
+    d = tmp_path / "ckpt"
+    ac = async_ckpt.AsyncCheckpointer(d, 0, 2, ev, keep_steps=2)
+    ac.request(3, state)
+    ac.wait()
+    gate = threading.Event()
+    real = async_ckpt._fsync_files
+    monkeypatch.setattr(async_ckpt, "_fsync_files", lambda p: (gate.wait(30), real(p)))
+    ac.request(6, state)  # written by DCP, held before its commit
+    assert ac.busy
+    assert [p.step for p in ckpt.list_parts(d)] == [3]
+    assert ckpt.newest_valid(d, 2)[0].step == 3  # restore picks the newest *completed*
+    gate.set()
+    ac.wait()
+    assert ckpt.newest_valid(d, 2)[0].step == 6
+    # a save cut short by a crash leaves only a .tmp directory: ignored
+    (d / "async_step00000009_rank00000.dcp.tmp").mkdir()
+    (d / "async_step00000009_rank00000.dcp.tmp" / "__0_0.distcp").write_bytes(b"half")
+    assert ckpt.newest_valid(d, 2)[0].step == 6
+    # a corrupt committed file is skipped with its reason
+    f = next((d / "async_step00000006_rank00000.dcp").glob("*.distcp"))
+    f.write_bytes(f.read_bytes()[:-10])
+    skipped: list = []
+    assert ckpt.newest_valid(d, 2, skipped)[0].step == 3
+    assert "truncated" in skipped[0][1]
+    # retention removes whole DCP directories, never the newest step
+    ac.request(12, state)
+    ac.wait()
+    assert sorted(p.step for p in ckpt.list_parts(d)) == [6, 12]
+    assert not (d / "async_step00000003_rank00000.dcp").exists()
+
+
+def test_failed_async_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    _, _, state = _model_and_state()
+    ev = EventLog(tmp_path / "attempt000_rank00000.jsonl", 0, 0)
+    d = tmp_path / "ckpt"
+    ac = async_ckpt.AsyncCheckpointer(d, 0, 2, ev)
+    ac.request(2, state)
+    ac.wait()
+
+    def boom(p):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(async_ckpt, "_fsync_files", boom)
+    ac.request(4, state)
+    ac.wait()
+    assert [p.step for p in ckpt.list_parts(d)] == [2]
+    ends = [e for e in read_events(tmp_path) if e["event"] == "save" and e["phase"] == "end"]
+    assert [e["ok"] for e in ends] == [True, False] and "No space" in ends[1]["error"]
+
+
+def test_jit_hot_path_snapshot_in_place_equals_a_fresh_one():
+    d = tempfile.mkdtemp()
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.Dropout(0.5))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    rt = Runtime(RuntimeConfig(strategy="jit", ckpt_dir=d), EventLog(f"{d}/attempt000_rank00000.jsonl", 0, 0), 0, 1)
+    rt.register(m, opt)
+    first = rt._snapshot
+    for step in (1, 2):
+        with rt.step(step):
+            m(torch.randn(8, 4)).sum().backward()  # moves BN statistics and the RNG
+            opt.step()
+            opt.zero_grad()
+    assert rt._snapshot is first  # refreshed in place, not reallocated
+    fresh = rt._take_snapshot()
+    for k, v in fresh["buffers"].items():
+        assert torch.equal(rt._snapshot["buffers"][k], v), k
+    a, b = rng_state(rt._snapshot["rng"]), rng_state(fresh["rng"])
+    assert a["python"] == b["python"] and torch.equal(a["torch"], b["torch"])
+    assert torch.equal(a["numpy"]["key"], b["numpy"]["key"])
+    # under none and periodic the hot path takes no snapshot at all
+    rt.set_strategy("none")
+    snap = rt._snapshot
+    with rt.step(3):
+        m(torch.randn(8, 4)).sum().backward()
+        opt.step()
+    assert rt._snapshot is snap and not torch.equal(snap["buffers"]["1.running_mean"],
+                                                    m[1].running_mean)
+    with pytest.raises(ValueError):
+        rt.set_strategy("periodic", 0)
+    ends = [e for e in read_events(Path(d)) if e["event"] == "step" and e["phase"] == "end"]
+    assert all(e["rt_s"] >= 0 for e in ends)
+    rt._stop.set()

@@ -1,0 +1,180 @@
+"""Overhead plan and statistics, the regression gate and the HTML report, on synthetic records."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from jitbench.harness.overhead import OverheadConfig, summarize
+from jitbench.harness.spec import SpecError
+from jitbench.reports import gate as g
+from jitbench.reports.html import write_report
+
+
+def test_overhead_plan_interleaves_abba_and_centres_checkpoints():
+    cfg = OverheadConfig(strategies=["jit", "periodic:10"], segment_steps=20, repeats=3,
+                         warmup_steps=4)
+    segs, total = cfg.plan()
+    assert cfg.strategies == ["none", "jit", "periodic:10"]
+    assert [s[1] for s in segs] == ["none", "none", "jit", "periodic:10", "periodic:10", "jit",
+                                    "none", "none", "jit", "periodic:10"]
+    assert segs[0] == [1, "none", -1]
+    first = segs[1][0]
+    assert (first - 1) % 10 == 5  # checkpoints (step % 10 == 0) fall mid-segment
+    assert all(b[0] - a[0] == 20 for a, b in zip(segs[1:], segs[2:], strict=False))
+    assert total == segs[-1][0] + 20
+    for bad in (dict(strategies=["periodic:7"]), dict(strategies=["periodic:auto"]),
+                dict(strategies=["jit", "jit"]), dict(segment_steps=1)):
+        with pytest.raises(SpecError):
+            OverheadConfig(**bad).validate()
+
+
+def test_overhead_statistics_pair_each_repeat_with_its_none_segment():
+    rows = []
+    for r, drift in enumerate((1.0, 1.2, 0.9, 1.1, 1.0)):  # the machine drifts between repeats
+        rows += [{"strategy": "none", "repeat": r, "step_s": 0.100 * drift, "rt_us": 5.0},
+                 {"strategy": "jit", "repeat": r, "step_s": 0.1002 * drift, "rt_us": 60.0},
+                 {"strategy": "periodic:10", "repeat": r, "step_s": 0.110 * drift,
+                  "rt_us": 5.0}]
+    s = {r["strategy"]: r for r in summarize(rows, ["none", "jit", "periodic:10"])}
+    assert s["none"]["overhead_pct"] == 0.0
+    assert s["jit"]["overhead_pct"] == pytest.approx(0.2)  # drift cancels in the ratio
+    assert s["jit"]["overhead_pct_max"] - s["jit"]["overhead_pct_min"] < 1e-9
+    assert s["periodic:10"]["overhead_pct"] == pytest.approx(10.0)
+    assert not s["jit"]["within_noise"] and s["jit"]["rt_us"] == 60.0
+    assert s["jit"]["step_s"] == pytest.approx(0.1002)
+
+
+def _table(n_rep=3, **over):
+    rows = []
+    for strategy in ("jit", "periodic:3"):
+        for fault in ("kill", "nccl-hang"):
+            for rep in range(n_rep):
+                rows.append({"workload": "gpt", "strategy": strategy, "fault": fault,
+                             "repeat": rep, "spec_hash": f"h-{strategy}-{fault}",
+                             "results_version": 1, "machine_torch": "2.14.1",
+                             "machine_host": "a", "machine_cpus": 2, "world_size": 2,
+                             "completed": True, "state_equal": True, "replay_ok": True,
+                             "replayed_steps": 0 if strategy == "jit" else 1,
+                             "expected_replayed_steps": 0 if strategy == "jit" else 1,
+                             "detect_s": 2.0 + 0.1 * rep, "save_s": 0.05, "restart_s": 6.0 + rep,
+                             "restore_s": 0.1, "recovery_s": 9.0 + rep, "wasted_gpu_s": 18.0,
+                             "step_s": 0.05})
+    t = pd.DataFrame(rows)
+    for k, v in over.items():
+        t[k] = v
+    return t
+
+
+def test_gate_passes_its_own_baseline_and_names_a_regressed_metric():
+    base = _table()
+    v = g.compare(base, base)
+    assert not v.regressions and not v.violations and v.lines()[-1].startswith("gate: PASS")
+    new = _table(n_rep=1)
+    new.loc[(new.strategy == "jit") & (new.fault == "kill"), "recovery_s"] = 40.0
+    v = g.compare(base, new)
+    assert [(c.config, c.metric) for c in v.regressions] == [("gpt/jit/kill", "recovery_s")]
+    assert "REGRESSION" in v.lines()[0] and "recovery_s" in v.lines()[0]
+
+
+def test_gate_noise_band_and_absolute_floor():
+    base = _table()
+    new = _table(n_rep=1)
+    # restart_s repeats 6, 7, 8 s: spread 2/7 = 29%; 11 s is x1.57 < 1.5 * 1.29 = x1.93
+    new["restart_s"] = 11.0
+    # save_s doubles, but by 50 ms: under the 1 s floor
+    new["save_s"] = 0.1
+    v = g.compare(base, new)
+    assert not v.regressions
+    noisy = {(c.config, c.metric) for c in v.checks if c.status == "within noise"}
+    assert ("gpt/jit/kill", "restart_s") in noisy and ("gpt/jit/kill", "save_s") in noisy
+    assert any("within noise" in line for line in v.lines())
+
+
+def test_gate_invariants_are_exact():
+    base = _table()
+    new = _table(n_rep=1)
+    new.loc[0, "state_equal"] = False
+    new.loc[2, "replay_ok"] = False
+    v = g.compare(base, new)
+    assert {c.metric for c in v.violations} == {"state_equal", "replayed_steps"}
+    assert all(line.startswith("VIOLATION") for line in v.lines()[:2])
+
+
+@pytest.mark.parametrize("change, needle", [
+    (dict(machine_torch="2.15.0"), "machine_torch"),
+    (dict(results_version=2), "results_version"),
+    (dict(spec_hash="other"), "spec_hash"),
+])
+def test_gate_refuses_incomparable_results(change, needle):
+    with pytest.raises(g.Incomparable, match=needle):
+        g.compare(_table(), _table(n_rep=1, **change))
+
+
+def test_gate_refuses_missing_configurations_and_notes_other_hosts():
+    base, new = _table(), _table(n_rep=1)
+    with pytest.raises(g.Incomparable, match="missing from the results"):
+        g.compare(base, new[new.strategy == "jit"])
+    with pytest.raises(g.Incomparable, match="not in the baseline"):
+        g.compare(base[base.strategy == "jit"], new)
+    v = g.compare(base, _table(n_rep=1, machine_host="ci-runner"))
+    assert any("machine_host differs" in n for n in v.notes)
+    with pytest.raises(g.Incomparable, match="machine_host"):
+        g.compare(base, _table(n_rep=1, machine_host="ci-runner"), strict_machine=True)
+
+
+def _events(path, attempt, rank, evs):
+    path.mkdir(parents=True, exist_ok=True)
+    with open(path / f"attempt{attempt:03d}_rank{rank:05d}.jsonl", "w") as fh:
+        for name, phase, t, extra in evs:
+            fh.write(json.dumps({"event": name, "phase": phase, "t_mono": t, "t_wall": t,
+                                 "rank": rank, "attempt": attempt, "pid": 1, "host": "h",
+                                 **extra}) + "\n")
+
+
+def test_report_is_one_self_contained_html_with_every_plot(tmp_path):
+    rows = []
+    for strategy in ("jit", "periodic:3", "none"):
+        rd = tmp_path / "runs" / f"gpt-{strategy.replace(':', '_')}-kill-s0-r0"
+        for rank in (0, 1):
+            a0 = [("init", "end", 0.5, {})] + [
+                ("step", "end", 1.0 + 0.1 * s, {"step": s}) for s in range(1, 8)]
+            if rank == 1:
+                a0.append(("fault", "point", 1.75, {"kind": "kill", "step": 8}))
+            else:
+                a0 += [("failure", "point", 1.9, {"trigger": "hang"}),
+                       ("save", "begin", 1.95, {"kind": "jit", "step": 7}),
+                       ("save", "end", 2.0, {"kind": "jit", "step": 7, "ok": True})]
+            _events(rd / "events", 0, rank, a0)
+            _events(rd / "events", 1, rank, [
+                ("init", "end", 5.0, {}), ("restore", "begin", 5.1, {}),
+                ("restore", "end", 5.2, {"step": 7})] + [
+                ("step", "end", 5.3 + 0.1 * s, {"step": s}) for s in range(8, 13)])
+        rows.append({"workload": "gpt", "strategy": strategy, "fault": "kill", "repeat": 0,
+                     "run_dir": str(rd), "detect_s": 0.15, "save_s": 0.05, "restart_s": 3.0,
+                     "restore_s": 0.1, "replay_s": 0.0, "recovery_s": 3.7,
+                     "replayed_steps": {"jit": 0, "periodic:3": 1, "none": 7}[strategy],
+                     "expected_replayed_steps": {"jit": 0, "periodic:3": 1, "none": 7}[strategy],
+                     "replay_ok": True, "wasted_gpu_s": 7.4, "goodput": 0.3,
+                     "state_equal": True, "max_abs_diff": 0.0})
+    pd.DataFrame(rows).to_csv(tmp_path / "results.csv", index=False)
+    pd.DataFrame([
+        {"strategy": s, "repeats": 3, "step_s": 0.1, "overhead_pct": p, "overhead_pct_q25": p - 1,
+         "overhead_pct_q75": p + 1, "overhead_pct_min": p - 2, "overhead_pct_max": p + 2,
+         "within_noise": abs(p) < 2, "rt_us": 50.0}
+        for s, p in (("none", 0.0), ("jit", 0.1), ("periodic:10", 8.0))
+    ]).to_csv(tmp_path / "overhead.csv", index=False)
+    html_path, md_path = write_report(tmp_path)
+    page = html_path.read_text()
+    imgs = re.findall(r'<img [^>]*src="([^"]+)"', page)
+    assert len(imgs) == 5  # recovery phases, replay, wasted, timelines, overhead
+    assert all(src.startswith("data:image/png;base64,") for src in imgs)
+    assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing fetched from a network
+    assert "<style>" in page and "state equal" in page
+    md = md_path.read_text()
+    assert md.count("![") == 5 and "| gpt |" in md
+    with pytest.raises(SpecError):
+        write_report(tmp_path / "runs")
