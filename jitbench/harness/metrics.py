@@ -18,7 +18,8 @@ fired in, recovery happens in the next one):
   (``max completed - restored step``); ``replayed_gpu_steps`` multiplies by the
   world size; ``replay_s``: restore end -> the last replayed step's end.
 - ``last_commit_step``: the newest step whose checkpoint committed (a ``save``
-  end with ``ok``, any kind, this attempt or earlier) before the restore;
+  end with ``ok``, any kind, this attempt or earlier) before the restore, less
+  parts the restore found invalid (its ``skipped`` list);
   ``expected_replayed_steps`` = ``completed_before - last_commit_step`` (0 when
   nothing committed): what a restore that picks the newest committed
   checkpoint replays. ``replayed_steps == expected_replayed_steps`` is the
@@ -152,11 +153,14 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int) -> RunMetrics
             per = _pairs([e for e in cur if _t(e, key) <= tf], "save", key,
                          lambda e: e.get("kind") in ("periodic", "async"))
             fm.save_s = per[-1] if per else 0.0
-        commits = [e["step"] for e in evs if e["attempt"] <= a and e["event"] == "save"
-                   and e["phase"] == "end" and e.get("ok", True)]
+        commits = [(e["step"], e.get("part")) for e in evs if e["attempt"] <= a
+                   and e["event"] == "save" and e["phase"] == "end" and e.get("ok", True)]
         done_steps = [e["step"] for e in cur if e["event"] == "step" and e["phase"] == "end"]
         fm.completed_before = max(done_steps, default=0)
-        fm.last_commit_step = max(commits, default=None)
+        rend_next = [e for e in nxt if e["event"] == "restore" and e["phase"] == "end"]
+        invalid = {name for r in rend_next for name, _ in r.get("skipped", [])}
+        fm.last_commit_step = max((st for st, part in commits if part not in invalid),
+                                  default=None)
         fm.expected_replayed_steps = max(0, fm.completed_before - (fm.last_commit_step or 0))
         begins = [e for e in cur if e["event"] == "step" and e["phase"] == "begin"
                   and e["rank"] == fault["rank"] and e["step"] == fault["step"]]

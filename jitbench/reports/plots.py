@@ -187,7 +187,8 @@ def timelines_figure(cells: list[tuple[str, str, Path]], ncols: int = 4,
 # ------------------------------------------------------------ recovery phases
 def phase_table(t):
     """Median of each recovery phase per (workload, fault, strategy) over repeats (s);
-    ``other_s`` = ``recovery_s`` minus the named phases (gaps, the first new step)."""
+    ``other_s`` = ``recovery_s`` minus the named phases (gaps, the first new step).
+    ``save_s`` counts for ``jit`` only (the others saved before the fault)."""
     import pandas as pd
 
     d = t.copy()
@@ -195,6 +196,9 @@ def phase_table(t):
         if k not in d:
             d[k] = 0.0
         d[k] = pd.to_numeric(d[k], errors="coerce").fillna(0.0)
+    # a periodic strategy's save_s is its last checkpoint *before* the fault: not a
+    # recovery phase (only a JIT save happens inside the recovery window)
+    d.loc[d["strategy"].astype(str) != "jit", "save_s"] = 0.0
     d["recovery_s"] = pd.to_numeric(d["recovery_s"], errors="coerce")
     d["other_s"] = (d["recovery_s"] - d[list(PHASES[:-1])].sum(axis=1)).clip(lower=0.0)
     return d.groupby(["workload", "fault", "strategy"], sort=False)[

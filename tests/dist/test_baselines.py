@@ -1,0 +1,154 @@
+"""End to end on gloo: the baselines (periodic-async, periodic:auto), ResNet under
+DDP, and the benchmark commands (sweep -> report -> gate, overhead).
+
+One fault-free reference per workload serves every strategy: checkpointing only
+reads the state, so each recovered run must equal plain training bitwise.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from jitbench.faults import FaultSpec
+from jitbench.harness.run import run as run_spec
+from jitbench.runtime.events import read_events
+from tests.conftest import jitbench_processes, small_spec
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(300)]
+
+STEPS = 12
+RESNET = dict(workload="resnet", size="resnet18", extra={"resolution": 16}, batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def refs(tmp_path_factory):
+    """Fault-free references under ``none``, one per workload."""
+    cache: dict[str, Path] = {}
+
+    def get(workload: str) -> Path:
+        if workload not in cache:
+            kw = RESNET if workload == "resnet" else {}
+            d = tmp_path_factory.mktemp(f"ref-{workload}") / "run"
+            out = run_spec(small_spec(STEPS, strategy="none", **kw), d, reference=False)
+            assert out.summary["completed"], (d / "agent.log").read_text()[-3000:]
+            cache[workload] = d
+        return cache[workload]
+
+    return get
+
+
+def _run(tmp_path, refs, workload, strategy, kind, step, rank=1, **kw):
+    extra = RESNET if workload == "resnet" else {}
+    spec = small_spec(STEPS, faults=[FaultSpec(kind, rank, step)], strategy=strategy,
+                      **extra, **kw)
+    out = run_spec(spec, tmp_path / "run", reference_from=refs(workload))
+    s = out.summary
+    assert s["completed"], (out.run_dir / "agent.log").read_text()[-3000:]
+    assert not jitbench_processes(tmp_path)
+    return s, out.run_dir
+
+
+def test_periodic_async_restores_its_newest_committed_checkpoint(tmp_path, refs):
+    s, run_dir = _run(tmp_path, refs, "gpt", "periodic-async:3", "kill", 8)
+    f = s["failures"][0]
+    assert f["completed_before"] == 7
+    assert f["restored_kind"] == "async" and f["restored_step"] == f["last_commit_step"] == 6
+    assert s["replayed_steps"] == s["expected_replayed_steps"] == 1 and s["replay_ok"]
+    assert s["state_equal"] is True and s["sample_stream_equal"] is True
+    evs = read_events(run_dir / "events")
+    stages = [e for e in evs if e["event"] == "stage" and e["phase"] == "end"]
+    assert stages and {e["rank"] for e in stages} == {0}  # rank 0 writes, the others train on
+    assert s["checkpoint_stall_gpu_s"] > 0
+
+
+def test_periodic_auto_picks_the_young_interval_and_keeps_it_after_restore(tmp_path, refs):
+    s, run_dir = _run(tmp_path, refs, "gpt", "periodic:auto", "nccl-hang", 9, mtbf_s=0.5)
+    auto = s["auto_interval"]
+    assert auto["step"] == 3 and auto["cost_s"] > 0 and auto["step_s"] > 0
+    n = max(1, round((2 * auto["cost_s"] * 0.5) ** 0.5 / auto["step_s"]))
+    assert s["checkpoint_interval"] == auto["interval"] == n
+    chosen = [e for e in read_events(run_dir / "events") if e["event"] == "auto_interval"]
+    assert {e["interval"] for e in chosen} == {n}
+    # probed once per rank: restored checkpoints carry the interval
+    assert len(chosen) == 2 or s["failures"][0]["restored_step"] == 0
+    assert s["replay_ok"] is True and s["state_equal"] is True
+
+
+def test_resnet_jit_recovers_bitwise_when_rank0_dies(tmp_path, refs):
+    # rank 0's BatchNorm statistics are the authoritative ones under DDP; the
+    # survivor (rank 1) must hold them at every step boundary for its JIT save
+    s, _ = _run(tmp_path, refs, "resnet", "jit", "kill", 5, rank=0)
+    assert s["restored_kind"] == "jit" and s["failures"][0]["restored_step"] == 4
+    assert s["replayed_steps"] == 0 and s["replay_ok"] is True
+    assert s["state_equal"] is True and s["max_abs_diff"] == 0.0
+
+
+def test_resnet_periodic_async_hang(tmp_path, refs):
+    s, _ = _run(tmp_path, refs, "resnet", "periodic-async:2", "nccl-hang", 7)
+    assert s["trigger"] == "hang" and s["replay_ok"] is True
+    assert s["failures"][0]["restored_kind"] == "async"
+    assert s["replayed_steps"] == 6 - s["failures"][0]["restored_step"]
+    assert s["state_equal"] is True and s["sample_stream_equal"] is True
+
+
+def _cli(*args, cwd=None, timeout=400):
+    return subprocess.run([sys.executable, "-m", "jitbench.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=cwd)
+
+
+@pytest.mark.timeout(600)
+def test_sweep_report_gate(tmp_path):
+    sw = tmp_path / "sweep"
+    p = _cli("sweep", "--workloads", "gpt", "--sizes", "gpt=tiny", "--strategies",
+             "jit,periodic:3", "--faults", "kill", "--steps", "10", "--fault-step", "5",
+             "--batch-size", "4", "--out", str(sw))
+    assert p.returncode == 0, p.stderr[-3000:]
+    t = pd.read_parquet(sw / "results.parquet")
+    assert len(t) == 2 and list(t["strategy"]) == ["jit", "periodic:3"]
+    assert t["state_equal"].all() and t["replay_ok"].all()
+    assert list(t["replayed_steps"]) == [0, 1]  # periodic:3: steps 4 done, checkpoint at 3
+    for col in ("wasted_gpu_s", "goodput", "recovery_s", "spec_hash", "machine_torch"):
+        assert t[col].notna().all(), col
+    assert len(list((sw / "refs").iterdir())) == 1  # one shared reference
+    assert json.loads((sw / "sweep.json").read_text())["wall_s"] > 0
+
+    p = _cli("report", str(sw))
+    assert p.returncode == 0, p.stderr
+    page = (sw / "report.html").read_text()
+    assert len(re.findall(r'src="data:image/png;base64,', page)) == 4  # no overhead here
+    assert (sw / "report.md").exists()
+
+    p = _cli("gate", "--baseline", str(sw / "results.csv"), str(sw))
+    assert p.returncode == 0 and "gate: PASS" in p.stdout, p.stdout + p.stderr
+    doctored = t.copy()
+    doctored.loc[0, "restore_s"] = doctored.loc[0, "restore_s"] * 10 + 5.0
+    doctored.to_csv(tmp_path / "doctored.csv", index=False)
+    p = _cli("gate", "--baseline", str(sw / "results.csv"), str(tmp_path / "doctored.csv"))
+    assert p.returncode == 5, p.stdout + p.stderr
+    bad = [line for line in p.stdout.splitlines() if line.startswith("REGRESSION")]
+    assert len(bad) == 1 and "gpt/jit/kill restore_s" in bad[0]
+
+
+@pytest.mark.timeout(400)
+def test_overhead_prints_medians_ratios_and_spreads(tmp_path):
+    p = _cli("overhead", "--size", "tiny", "--batch-size", "4", "--strategies",
+             "none,jit,periodic:2,periodic-async:2", "--segment-steps", "4", "--repeats", "2",
+             "--warmup-steps", "2", "--out", str(tmp_path / "oh"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    for needle in ("step_s (median)", "overhead_pct (median)", "IQR", "min..max", "jit",
+                   "periodic-async:2"):
+        assert needle in p.stdout, needle
+    s = pd.read_csv(tmp_path / "oh" / "overhead.csv")
+    assert list(s["strategy"]) == ["none", "jit", "periodic:2", "periodic-async:2"]
+    assert (s["repeats"] == 2).all() and s.loc[0, "overhead_pct"] == 0
+    segs = pd.read_csv(tmp_path / "oh" / "overhead_segments.csv")
+    assert len(segs) == 8 and (segs["steps"] == 4).all()
+    jit = s[s.strategy == "jit"].iloc[0]
+    assert jit["rt_us"] > s[s.strategy == "none"].iloc[0]["rt_us"]  # the snapshot is the cost
