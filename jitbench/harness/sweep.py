@@ -20,8 +20,8 @@ A row holds the run's summary (:func:`jitbench.harness.run.record_row`:
 ``max_abs_diff``, ``sample_stream_equal``, the ``machine_*`` fingerprint,
 ``code_version``) plus the sweep's own columns: ``fault`` (the fault kind),
 ``repeat``, ``spec_hash`` (SHA-256 prefix of the run's spec: rows with the same
-hash are repeats of one configuration), ``run_wall_s`` and
-``results_version``.
+hash are repeats of one configuration), ``spec_json`` (the spec itself, which
+the gate compares field by field), ``run_wall_s`` and ``results_version``.
 """
 
 from __future__ import annotations
@@ -186,6 +186,7 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
             (d / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
         row = record_row(summary)
         row.update({"fault": f, "repeat": rep, "spec_hash": spec_hash(spec),
+                    "spec_json": json.dumps(asdict(spec), sort_keys=True),
                     "run_wall_s": run_wall, "results_version": RESULTS_VERSION})
         rows.append(row)
         if on_run:

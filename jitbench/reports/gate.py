@@ -5,10 +5,12 @@
 1. **Comparability** (else :class:`Incomparable`, exit 6). These keys must match:
 
    - ``results_version``: the schema of the table;
-   - per configuration (``workload``, ``strategy``, ``fault``): ``spec_hash``, the hash
-     of the complete run spec (model size, steps, batch, world size, seed, fault
-     rank and step, backend, detection settings, deterministic reduction). The
-     results and the baseline must hold the same configurations;
+   - per configuration (``workload``, ``strategy``, ``fault``): the run spec
+     (``spec_json``: model size, steps, batch, world size, seed, fault rank and
+     step, backend, detection settings, deterministic reduction, ...), field by
+     field. A field that only one side has (a field added to the spec since the
+     baseline was recorded) is skipped with a note; every field both have must
+     be equal. The results and the baseline must hold the same configurations;
    - ``machine_torch``: the torch version (it decides checkpoint formats, DCP
      and kernels).
 
@@ -122,6 +124,32 @@ def _col(t, name: str):
     return t[name]
 
 
+def _flatten(x, prefix: str = "") -> dict:
+    if isinstance(x, dict):
+        out: dict = {}
+        for k, v in x.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    if isinstance(x, list) and x and all(isinstance(v, dict) for v in x):
+        out = {}
+        for i, v in enumerate(x):
+            out.update(_flatten(v, f"{prefix}.{i}"))
+        return out
+    return {prefix: x}
+
+
+def _specs(t, key) -> list[dict] | None:
+    """The distinct flattened specs of one configuration (None without ``spec_json``)."""
+    import json
+
+    if "spec_json" not in t.columns:
+        return None
+    sel = t
+    for col, val in zip(KEY, key, strict=True):
+        sel = sel[sel[col] == val]
+    return [_flatten(json.loads(s)) for s in dict.fromkeys(sel["spec_json"].astype(str))]
+
+
 def _spread(xs: list[float]) -> float:
     med = statistics.median(xs)
     return (max(xs) - min(xs)) / med if len(xs) > 1 and med > 0 else 0.0
@@ -180,10 +208,27 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
     if lacking:
         raise Incomparable(f"baseline configurations missing from the results: "
                            f"{', '.join(lacking)}")
+    one_sided: set[str] = set()
     for k in rh.index:
-        if rh[k] != bh[k]:
-            raise Incomparable(f"{'/'.join(map(str, k))}: spec_hash {rh[k]} vs baseline {bh[k]} "
-                               "(the run spec changed: record a new baseline)")
+        name = "/".join(map(str, k))
+        specs_b = _specs(baseline, k)
+        specs_r = _specs(results, k)
+        if specs_b is None or specs_r is None:  # no spec_json column: fall back to the hash
+            if rh[k] != bh[k]:
+                raise Incomparable(f"{name}: spec_hash {rh[k]} vs baseline {bh[k]} (the run "
+                                   "spec changed: record a new baseline)")
+            continue
+        for sr in specs_r:
+            for sb in specs_b:
+                diff = [f for f in sorted(sr.keys() & sb.keys()) if sr[f] != sb[f]]
+                if diff:
+                    raise Incomparable(
+                        f"{name}: the run spec differs from the baseline's: "
+                        + ", ".join(f"{f} {sr[f]!r} vs {sb[f]!r}" for f in diff[:4])
+                        + " (record a new baseline)")
+                one_sided |= sr.keys() ^ sb.keys()
+    if one_sided:
+        v.notes.append(f"spec fields on one side only (skipped): {', '.join(sorted(one_sided))}")
 
     # invariants, exactly
     for _, r in results.iterrows():

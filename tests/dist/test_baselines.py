@@ -1,5 +1,7 @@
 """End to end on gloo: the baselines (periodic-async, periodic:auto), ResNet under
-DDP, and the benchmark commands (sweep -> report -> gate, overhead).
+DDP, and the benchmark commands (sweep -> report -> gate, overhead). ResNet
+under every strategy with kill and nccl-hang is the default ``jitbench sweep``
+(about 13 minutes): too long for the suite, run as a benchmark.
 
 One fault-free reference per workload serves every strategy: checkpointing only
 reads the state, so each recovered run must equal plain training bitwise.
@@ -88,14 +90,6 @@ def test_resnet_jit_recovers_bitwise_when_rank0_dies(tmp_path, refs):
     assert s["restored_kind"] == "jit" and s["failures"][0]["restored_step"] == 4
     assert s["replayed_steps"] == 0 and s["replay_ok"] is True
     assert s["state_equal"] is True and s["max_abs_diff"] == 0.0
-
-
-def test_resnet_periodic_async_hang(tmp_path, refs):
-    s, _ = _run(tmp_path, refs, "resnet", "periodic-async:2", "nccl-hang", 7)
-    assert s["trigger"] == "hang" and s["replay_ok"] is True
-    assert s["failures"][0]["restored_kind"] == "async"
-    assert s["replayed_steps"] == 6 - s["failures"][0]["restored_step"]
-    assert s["state_equal"] is True and s["sample_stream_equal"] is True
 
 
 def _cli(*args, cwd=None, timeout=400):

@@ -178,3 +178,14 @@ def test_report_is_one_self_contained_html_with_every_plot(tmp_path):
     assert md.count("![") == 5 and "| gpt |" in md
     with pytest.raises(SpecError):
         write_report(tmp_path / "runs")
+
+
+def test_gate_compares_specs_field_by_field():
+    spec = {"nproc": 2, "workload": {"steps": 12, "name": "gpt"}, "faults": [{"kind": "kill"}]}
+    base = _table(spec_json=json.dumps(spec))
+    changed = json.dumps({**spec, "workload": {"steps": 24, "name": "gpt"}})
+    with pytest.raises(g.Incomparable, match="workload.steps 24 vs 12"):
+        g.compare(base, _table(n_rep=1, spec_json=changed))
+    grown = json.dumps({**spec, "new_knob": 1, "faults": [{"kind": "kill", "duration_s": 0}]})
+    v = g.compare(base, _table(n_rep=1, spec_json=grown))  # fields added to the spec since
+    assert any("new_knob" in n and "faults.0.duration_s" in n for n in v.notes)
