@@ -97,7 +97,7 @@ class RunMetrics:
     checkpoint_saves: int
     """Committed periodic and async checkpoints."""
     checkpoint_s: float | None
-    """Median duration of one periodic checkpoint save (s)."""
+    """Median duration of one synchronous periodic checkpoint save (s)."""
     checkpoint_stall_gpu_s: float
     wasted_gpu_s: float
     replayed_steps: int
@@ -217,7 +217,7 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int) -> RunMetrics
         completed=completed, steps=spec_steps, final_step=final_step, attempts=len(attempts),
         world_size=world_size, step_s=step_s, train_wall_s=train_wall,
         goodput=min(1.0, goodput) if goodput else None, checkpoint_saves=len(periodic),
-        checkpoint_s=statistics.median(periodic) if periodic else None,
+        checkpoint_s=statistics.median(sync) if sync else None,
         checkpoint_stall_gpu_s=stall, wasted_gpu_s=wasted,
         replayed_steps=sum(f.replayed_steps or 0 for f in failures),
         max_replayed_steps_per_failure=max((f.replayed_steps or 0 for f in failures), default=0),

@@ -205,8 +205,9 @@ class RunSpec:
         the same key train bitwise identically when fault-free (checkpointing only
         reads the state), so they can share one reference run."""
         d = asdict(self)
-        for k in ("faults", "strategy", "mtbf_s", "max_restarts", "segments"):
-            d.pop(k)
+        for k in ("faults", "strategy", "mtbf_s", "max_restarts", "segments", "rdzv_endpoint",
+                  "rdzv_id"):
+            d.pop(k, None)
         return json.dumps(d, sort_keys=True)
 
     def without_faults(self) -> RunSpec:
