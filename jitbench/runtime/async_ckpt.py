@@ -157,6 +157,8 @@ class AsyncCheckpointer:
         self.run_id = run_id
         self.rank, self.world_size, self.events, self.keep_steps = rank, world_size, events, keep_steps
         self._inflight: Future | None = None
+        self._commit_lock = threading.Lock()
+        self._frozen = False
         self._done = threading.Event()
         self._done.set()
         self.committed: list[int] = []
@@ -212,16 +214,28 @@ class AsyncCheckpointer:
                         "step": step, "rank": self.rank, "world_size": self.world_size,
                         "run_id": self.run_id, "bytes": sum(s for s, _ in files.values()), "files": files,
                         "tensors": layout, "meta": meta}
-            ckpt._write_durable(mpath, json.dumps(manifest, sort_keys=True).encode())  # commit
-            self.committed.append(step)
-            self.events.emit("save", "end", kind=KIND, step=step, ok=True, part=final.name,
-                             bytes=manifest["bytes"], dur_s=time.monotonic() - t0, durable=True)
+            with self._commit_lock:  # the commit and its event, or neither (see freeze)
+                if self._frozen:
+                    return
+                ckpt._write_durable(mpath, json.dumps(manifest, sort_keys=True).encode())
+                self.committed.append(step)
+                self.events.emit("save", "end", kind=KIND, step=step, ok=True, part=final.name,
+                                 bytes=manifest["bytes"], dur_s=time.monotonic() - t0,
+                                 durable=True)
             ckpt.prune(self.dir, self.keep_steps)
         except BaseException as exc:  # noqa: BLE001 - a failed async save leaves the last good one
             self.events.emit("save", "end", kind=KIND, step=step, ok=False,
                              error=f"{type(exc).__name__}: {exc}"[:500], durable=True)
         finally:
             self._done.set()
+
+    def freeze(self, timeout_s: float = 10.0) -> None:
+        """The process is ending (failure): commit nothing from now on. A commit already
+        writing its manifest finishes first, with its ``save`` end event, so every
+        committed checkpoint has its event before the event log closes (metrics
+        derive the newest committed step from events). The lock stays held."""
+        if self._commit_lock.acquire(timeout=timeout_s):
+            self._frozen = True
 
     def wait(self, timeout_s: float | None = None) -> float:
         """Block until the in-flight save has committed (or failed); returns the wait (s)."""

@@ -862,6 +862,8 @@ class Runtime:
 
     def _exit(self, code: int) -> None:
         try:
+            if self._async is not None:  # no async commit without its event from here on
+                self._async.freeze()
             self.events.emit("exit", code=code, durable=True)
             self.events.close()
         finally:
