@@ -327,30 +327,33 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
                     "(and at most one under JIT).</p>")
         body.append(_results_html(t))
         md += ["## Results", "", _results_md(t), ""]
-    if osum is not None:
-        body.append("<h2>Steady-state overhead</h2>")
-        if ometa:
-            body.append(f'<p class="note">{html.escape(str(ometa.get("workload")))} x'
-                        f'{ometa.get("world_size")} ranks, {ometa.get("repeats")} repeats of '
-                        f'{ometa.get("segment_steps")}-step segments per strategy, interleaved in '
-                        f'one launch ({ometa.get("wall_s", 0):.0f} s). The runtime hot path is '
-                        "the runtime's own time per step (lock, snapshot), measured directly."
-                        "</p>")
-        body.append(_overhead_html(osum))
-        md += ["## Steady-state overhead", "", _overhead_md(osum), ""]
-    sections = {"recovery": "Recovery", "replay": "Replayed work", "waste": "Wasted work",
-                "overhead": "Steady-state overhead (plot)", "timeline": "Timelines"}
-    seen = set()
-    for i, (sec, ftitle, caption, png) in enumerate(figures):
-        if sec not in seen:
-            body.append(f"<h2>{sections[sec]}</h2>")
-            seen.add(sec)
+    def fig_html(i: int, ftitle: str, caption: str, png: bytes) -> str:
         b64 = base64.b64encode(png).decode()
-        body.append(f'<figure><img alt="{html.escape(ftitle)}" src="data:image/png;base64,{b64}">'
-                    f"<figcaption><b>{html.escape(ftitle)}.</b> {html.escape(caption)}"
-                    "</figcaption></figure>")
-        md += [f"### {ftitle}", "", f"![{ftitle}]({files_dir.name}/fig{i:02d}.png)", "",
-               caption, ""]
+        return (f'<figure><img alt="{html.escape(ftitle)}" src="data:image/png;base64,{b64}">'
+                f"<figcaption><b>{html.escape(ftitle)}.</b> {html.escape(caption)}"
+                "</figcaption></figure>")
+
+    sections = [("recovery", "Recovery"), ("replay", "Replayed work"), ("waste", "Wasted work"),
+                ("overhead", "Steady-state overhead"), ("timeline", "Timelines")]
+    for sec, heading in sections:
+        figs = [(i, f) for i, f in enumerate(figures) if f[0] == sec]
+        if sec == "overhead" and osum is not None:
+            body.append(f"<h2>{heading}</h2>")
+            if ometa:
+                body.append(f'<p class="note">{html.escape(str(ometa.get("workload")))} x'
+                            f'{ometa.get("world_size")} ranks, {ometa.get("repeats")} repeats of '
+                            f'{ometa.get("segment_steps")}-step segments per strategy, '
+                            f'interleaved in one launch ({ometa.get("wall_s", 0):.0f} s). The '
+                            "runtime hot path is the runtime's own time per step (lock, "
+                            "snapshot), measured directly: free of the machine's noise.</p>")
+            body.append(_overhead_html(osum))
+            md += [f"## {heading}", "", _overhead_md(osum), ""]
+        elif figs:
+            body.append(f"<h2>{heading}</h2>")
+            md += [f"## {heading}", ""]
+        for i, (_, ftitle, caption, png) in figs:
+            body.append(fig_html(i, ftitle, caption, png))
+            md += [f"![{ftitle}]({files_dir.name}/fig{i:02d}.png)", "", caption, ""]
     body.append("<h2>Metrics</h2><dl>" + "".join(
         f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in METRIC_NOTES) + "</dl>")
     md += ["## Metrics", ""] + [f"- `{k}`: {v}" for k, v in METRIC_NOTES]
