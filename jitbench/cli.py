@@ -239,6 +239,9 @@ def run(
         _line(f"error: final state differs from the fault-free run "
               f"(max_abs_diff {s['max_abs_diff']:.3g})")
         raise typer.Exit(EXIT_INCORRECT)
+    if strategy == "jit" and (s.get("max_replayed_steps_per_failure") or 0) > 1:
+        _line(f"error: JIT replayed {s['max_replayed_steps_per_failure']} steps in one failure")
+        raise typer.Exit(EXIT_INCORRECT)
     if s.get("replay_ok") is False:
         _line(f"error: replayed {s['replayed_steps']} steps, expected "
               f"{s['expected_replayed_steps']} (the steps since the newest committed "

@@ -29,12 +29,15 @@ def small_spec(steps: int = 12, faults: list[FaultSpec] | None = None, strategy:
 @pytest.fixture(scope="session")
 def shared_reference(tmp_path_factory):
     """``get(spec) -> reference run directory``: one fault-free run per distinct
-    fault-free spec, shared by every test of the session (``reference_from=``)."""
+    training (:meth:`RunSpec.training_key`), shared by every test of the session
+    (``reference_from=``). It trains under ``none``: checkpointing only reads the
+    state, so every strategy's recovered run must equal plain training."""
     cache: dict[str, Path] = {}
 
     def get(spec: RunSpec) -> Path:
         ref = spec.without_faults()
-        key = ref.to_json()
+        ref.strategy, ref.mtbf_s = "none", None
+        key = ref.training_key()
         if key not in cache:
             d = tmp_path_factory.mktemp("ref") / "run"
             out = run_spec(ref, d, reference=False, timeout_s=300)

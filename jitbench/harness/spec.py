@@ -206,7 +206,7 @@ class RunSpec:
         reads the state), so they can share one reference run."""
         d = asdict(self)
         for k in ("faults", "strategy", "mtbf_s", "max_restarts", "segments", "rdzv_endpoint",
-                  "rdzv_id"):
+                  "rdzv_id", "ckpt_dir"):
             d.pop(k, None)
         return json.dumps(d, sort_keys=True)
 

@@ -5,15 +5,16 @@ Every N steps rank 0 hands the state to
 "Distributed Checkpoint - torch.distributed.checkpoint", ``async_save``) and
 returns to training while a background thread writes it.
 
-What is saved is the state *at the moment of the request*: ``async_save``
-first stages the state dict with its default stager
-(``torch.distributed.checkpoint.staging.DefaultStager``, synchronous
-staging), which deep-copies every tensor into fresh CPU memory before the
-call returns (on GPU this is the device-to-host copy); only then does the
-writer thread start. The optimizer keeps stepping on the live tensors, the
-writer reads the copies. The main thread's stall is this staging copy plus,
-when the previous save is still writing, the wait for it (at most one save is
-in flight, as in torchtitan's async checkpointing).
+What is saved is the state *at the moment of the request*: the request
+first copies every tensor into host staging buffers
+(:func:`jitbench.runtime.staging.stage_for_async_save`, reused from one save
+to the next; on GPU this is the device-to-host copy), then hands the copy to
+``async_save`` with a stager that passes it on as it is (``_Staged``: DCP's
+default stager would copy it a second time). The optimizer keeps stepping on
+the live tensors, the writer thread reads only the copy. The main thread's
+stall is this staging copy plus, when the previous save is still writing, the
+wait for it (at most one save is in flight, as in torchtitan's async
+checkpointing; the staging buffers are reused only after it completed).
 
 Commit rule (the same as :mod:`jitbench.runtime.checkpoint`): DCP writes into
 ``<stem>.dcp.tmp/``; when the writer's future completes, the directory is
@@ -49,6 +50,7 @@ import torch.distributed.checkpoint as dcp
 
 from jitbench.runtime import checkpoint as ckpt
 from jitbench.runtime.events import EventLog
+from jitbench.runtime.staging import stage_for_async_save
 
 KIND = "async"
 """Checkpoint kind (part names ``async_stepSSSSSSSS_rankRRRRR``)."""
@@ -95,6 +97,26 @@ def join_state(tensors: dict[str, torch.Tensor], skeleton: Any) -> Any:
         return x
 
     return walk(skeleton)
+
+
+class _Staged:
+    """DCP ``AsyncStager`` for a state that is already a private staged copy: hands
+    it on unchanged (``torch.distributed.checkpoint.staging.AsyncStager`` protocol)."""
+
+    _synchronize_after_execute = False
+
+    @property
+    def should_synchronize_after_execute(self) -> bool:
+        return False
+
+    def stage(self, state_dict: dict) -> dict:
+        return state_dict
+
+    def synchronize_staging(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _skeleton_tensor(skeleton: Any) -> torch.Tensor:
@@ -157,6 +179,7 @@ class AsyncCheckpointer:
         self.run_id = run_id
         self.rank, self.world_size, self.events, self.keep_steps = rank, world_size, events, keep_steps
         self._inflight: Future | None = None
+        self._staged: Any = None  # staging buffers, reused once the save reading them is done
         self._commit_lock = threading.Lock()
         self._frozen = False
         self._done = threading.Event()
@@ -179,7 +202,8 @@ class AsyncCheckpointer:
                                 self.dir / f"{stem}.json")
         for p in (manifest, final, tmp):  # a previous attempt's leftovers of the same step
             _remove(p)
-        tensors, skeleton = split_state(state)
+        self._staged = stage_for_async_save(state, into=self._staged)  # the copy: stall
+        tensors, skeleton = split_state(self._staged)
         payload = {**tensors, SKELETON_KEY: _skeleton_tensor(skeleton)}
         layout = {k: [list(t.shape), str(t.dtype).removeprefix("torch.")]
                   for k, t in payload.items()}
@@ -187,12 +211,11 @@ class AsyncCheckpointer:
         self._done.clear()
         try:
             fut = dcp.async_save(payload, storage_writer=dcp.FileSystemWriter(str(tmp)),
-                                 no_dist=True)
+                                 no_dist=True, async_stager=_Staged())
         except BaseException:
             self._done.set()
             raise
-        # async_save has staged (deep-copied) every tensor before returning
-        # (DefaultStager, synchronous staging): the live state may change now.
+        # the writer reads self._staged only: the live state may change now
         upload = fut.upload_completion if hasattr(fut, "upload_completion") else fut
         self._inflight = upload
         stall_s = time.monotonic() - t0

@@ -3,8 +3,9 @@ DDP, and the benchmark commands (sweep -> report -> gate, overhead). ResNet
 under every strategy with kill and nccl-hang is the default ``jitbench sweep``
 (about 13 minutes): too long for the suite, run as a benchmark.
 
-One fault-free reference per workload serves every strategy: checkpointing only
-reads the state, so each recovered run must equal plain training bitwise.
+One fault-free reference per training (``shared_reference``, under ``none``)
+serves every strategy: checkpointing only reads the state, so each recovered
+run must equal plain training bitwise.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import pytest
 from jitbench.faults import FaultSpec
 from jitbench.harness.run import run as run_spec
 from jitbench.runtime.events import read_events
-from tests.conftest import jitbench_processes, small_spec
+from jitbench.harness.launch import run_processes
+from tests.conftest import small_spec
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -29,36 +31,19 @@ STEPS = 12
 RESNET = dict(workload="resnet", size="resnet18", extra={"resolution": 16}, batch_size=4)
 
 
-@pytest.fixture(scope="module")
-def refs(tmp_path_factory):
-    """Fault-free references under ``none``, one per workload."""
-    cache: dict[str, Path] = {}
-
-    def get(workload: str) -> Path:
-        if workload not in cache:
-            kw = RESNET if workload == "resnet" else {}
-            d = tmp_path_factory.mktemp(f"ref-{workload}") / "run"
-            out = run_spec(small_spec(STEPS, strategy="none", **kw), d, reference=False)
-            assert out.summary["completed"], (d / "agent.log").read_text()[-3000:]
-            cache[workload] = d
-        return cache[workload]
-
-    return get
-
-
 def _run(tmp_path, refs, workload, strategy, kind, step, rank=1, **kw):
     extra = RESNET if workload == "resnet" else {}
     spec = small_spec(STEPS, faults=[FaultSpec(kind, rank, step)], strategy=strategy,
                       **extra, **kw)
-    out = run_spec(spec, tmp_path / "run", reference_from=refs(workload))
+    out = run_spec(spec, tmp_path / "run", reference_from=refs(spec))
     s = out.summary
     assert s["completed"], (out.run_dir / "agent.log").read_text()[-3000:]
-    assert not jitbench_processes(tmp_path)
+    assert not run_processes(out.run_dir)
     return s, out.run_dir
 
 
-def test_periodic_async_restores_its_newest_committed_checkpoint(tmp_path, refs):
-    s, run_dir = _run(tmp_path, refs, "gpt", "periodic-async:3", "kill", 8)
+def test_periodic_async_restores_its_newest_committed_checkpoint(tmp_path, shared_reference):
+    s, run_dir = _run(tmp_path, shared_reference, "gpt", "periodic-async:3", "kill", 8)
     f = s["failures"][0]
     assert f["completed_before"] == 7
     assert f["restored_kind"] == "async" and f["restored_step"] == f["last_commit_step"] == 6
@@ -70,8 +55,10 @@ def test_periodic_async_restores_its_newest_committed_checkpoint(tmp_path, refs)
     assert s["checkpoint_stall_gpu_s"] > 0
 
 
-def test_periodic_auto_picks_the_young_interval_and_keeps_it_after_restore(tmp_path, refs):
-    s, run_dir = _run(tmp_path, refs, "gpt", "periodic:auto", "nccl-hang", 9, mtbf_s=0.5)
+def test_periodic_auto_picks_the_young_interval_and_keeps_it_after_restore(tmp_path,
+                                                                          shared_reference):
+    s, run_dir = _run(tmp_path, shared_reference, "gpt", "periodic:auto", "nccl-hang", 9,
+                      mtbf_s=0.5)
     auto = s["auto_interval"]
     assert auto["step"] == 3 and auto["cost_s"] > 0 and auto["step_s"] > 0
     n = max(1, round((2 * auto["cost_s"] * 0.5) ** 0.5 / auto["step_s"]))
@@ -83,10 +70,10 @@ def test_periodic_auto_picks_the_young_interval_and_keeps_it_after_restore(tmp_p
     assert s["replay_ok"] is True and s["state_equal"] is True
 
 
-def test_resnet_jit_recovers_bitwise_when_rank0_dies(tmp_path, refs):
+def test_resnet_jit_recovers_bitwise_when_rank0_dies(tmp_path, shared_reference):
     # rank 0's BatchNorm statistics are the authoritative ones under DDP; the
     # survivor (rank 1) must hold them at every step boundary for its JIT save
-    s, _ = _run(tmp_path, refs, "resnet", "jit", "kill", 5, rank=0)
+    s, _ = _run(tmp_path, shared_reference, "resnet", "jit", "kill", 5, rank=0)
     assert s["restored_kind"] == "jit" and s["failures"][0]["restored_step"] == 4
     assert s["replayed_steps"] == 0 and s["replay_ok"] is True
     assert s["state_equal"] is True and s["max_abs_diff"] == 0.0

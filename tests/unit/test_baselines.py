@@ -104,7 +104,7 @@ def test_async_saves_the_state_at_request_time(tmp_path):
     part, _ = ckpt.newest_valid(tmp_path / "ckpt", 2)
     assert (part.kind, part.step, part.path.suffix) == ("async", 7, ".dcp")
     got, manifest = ckpt.load_part(part, 2)
-    assert manifest["format"] == "dcp" and manifest["meta"] == {"k": 1}
+    assert manifest["storage"] == "dcp" and manifest["meta"] == {"k": 1}
     flat = _flat(got)
     assert flat.keys() == want.keys()
     for k, v in want.items():
@@ -177,13 +177,14 @@ def test_jit_hot_path_snapshot_in_place_equals_a_fresh_one():
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
     rt = Runtime(RuntimeConfig(strategy="jit", ckpt_dir=d), EventLog(f"{d}/attempt000_rank00000.jsonl", 0, 0), 0, 1)
     rt.register(m, opt)
-    first = rt._snapshot
+    first = rt._snapshot["buffers"]["1.running_mean"]
     for step in (1, 2):
         with rt.step(step):
             m(torch.randn(8, 4)).sum().backward()  # moves BN statistics and the RNG
             opt.step()
             opt.zero_grad()
-    assert rt._snapshot is first  # refreshed in place, not reallocated
+    assert rt._snapshot["buffers"]["1.running_mean"] is first  # copied in place, not cloned
+    assert rt._snapshot["step"] == 2
     fresh = rt._take_snapshot()
     for k, v in fresh["buffers"].items():
         assert torch.equal(rt._snapshot["buffers"][k], v), k
