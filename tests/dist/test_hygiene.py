@@ -70,9 +70,11 @@ def test_interrupt_stops_every_worker_and_keeps_the_records(tmp_path, sig):
     assert (run_dir / "records.csv").exists() and (run_dir / "records.parquet").exists()
     evs = read_events(run_dir / "events")
     assert max(e["step"] for e in evs if e["event"] == "step" and e["phase"] == "end") >= 3
-    # the workers saw SIGTERM from the agent and saved the last boundary on the way out
-    assert {e["trigger"] for e in evs if e["event"] == "failure"} == {"sigterm"}
-    assert [p.kind for p in ckpt.list_parts(run_dir / "ckpt")] == ["jit", "jit"]
+    # the workers saw SIGTERM from the agent (or, second, the peer's connection
+    # closing) and saved the last boundary on the way out
+    assert "sigterm" in {e["trigger"] for e in evs if e["event"] == "failure"}
+    parts = ckpt.list_parts(run_dir / "ckpt")
+    assert parts and {p.kind for p in parts} == {"jit"}
 
 
 def test_sigkilled_harness_leaves_no_process(tmp_path):
