@@ -46,8 +46,10 @@ exits the process with :data:`EXIT_FAILURE_SAVED` or :data:`EXIT_FAILURE`):
   ``PContext.close``): the signal is forwarded through
   :func:`signal.set_wakeup_fd` to the watchdog thread, which saves even while
   the main thread is blocked in C++;
-- a peer's notice through :meth:`Runtime.notify` callbacks (e.g. a fatal Xid
-  reported by a health probe), so survivors save at once.
+- a check added with :meth:`Runtime.add_check` (a health probe saw a fatal
+  Xid) or a peer's notice (:class:`~jitbench.runtime.notice.PeerNotices`,
+  installed with :meth:`Runtime.set_notices`: a peer left because of a fatal
+  Xid or a failed checkpoint write), so survivors save at once.
 
 On gloo a blocked all-reduce cannot be aborted from the side (DESIGN.md,
 "Known traps"), so the saving thread ends the process itself with
@@ -259,8 +261,9 @@ class Runtime:
         self._snapshot: dict | None = None
         self._pending_rng: dict | None = None
         self._stop = threading.Event()
-        self._checks: list[Callable[[], str | None]] = []
+        self._checks: list[Callable[[], str | dict | None]] = []
         self._prev_signals: tuple | None = None
+        self._notices: Any = None
         self._install_signals()
         self._watchdog = threading.Thread(target=self._watch, name="jitbench-watchdog",
                                           daemon=True)
@@ -300,10 +303,20 @@ class Runtime:
         optimizer.register_step_pre_hook(self._on_optimizer_step)
         self._snapshot = self._take_snapshot()
 
-    def add_check(self, check: Callable[[], str | None]) -> None:
+    def add_check(self, check: Callable[[], str | dict | None]) -> None:
         """Add a callable polled by the watchdog every tick; a returned string is
-        a failure reason (e.g. a health probe saw a fatal Xid, a peer posted a notice)."""
+        a failure reason (e.g. a health probe saw a fatal Xid, a peer posted a notice).
+        A returned dict is a failure too: ``trigger`` (default ``notice``), ``save``
+        (default True: write a JIT part), ``notify`` (default False: tell the peers),
+        the rest goes into the ``failure`` event."""
         self._checks.append(check)
+
+    def set_notices(self, notices: Any) -> None:
+        """Use ``notices`` (:class:`~jitbench.runtime.notice.PeerNotices`): poll it every
+        tick, and post to it on failures raised with ``notify`` (a fatal Xid, a
+        failed periodic write), so the peers leave at once with the reason."""
+        self._notices = notices
+        self.add_check(notices.check)
 
     def _install_signals(self) -> None:
         r, w = os.pipe()
@@ -473,7 +486,8 @@ class Runtime:
                     self._write("periodic", step, self._snapshot)
                     ckpt.prune(self.config.ckpt_dir, self.config.keep_steps)
                 except ckpt.CheckpointWriteError as exc:
-                    self._fail("storage_error", error=str(exc), save=False)
+                    self._fail("storage_error", error=str(exc), save=False, notify=True,
+                               errno=exc.errno)
             if torch.distributed.is_available() and torch.distributed.is_initialized():
                 torch.distributed.barrier()
         except BaseException as exc:  # noqa: BLE001
@@ -653,12 +667,17 @@ class Runtime:
                     self._fail("hang", waited_s=waited, bound_s=bound, phase=phase)
             for check in self._checks:
                 reason = check()
-                if reason:
+                if isinstance(reason, dict):
+                    info = dict(reason)
+                    self._fail(info.pop("trigger", "notice"), save=info.pop("save", True),
+                               **info)
+                elif reason:
                     self._fail("notice", reason=reason)
 
-    def _fail(self, trigger: str, save: bool = True, **info: Any) -> None:
-        """Declare a failure: save a JIT checkpoint once (if the strategy is
-        ``jit`` and the state is consistent), then end the process."""
+    def _fail(self, trigger: str, save: bool = True, notify: bool = False, **info: Any) -> None:
+        """Declare a failure: tell the peers (``notify``, with notices set), save a
+        JIT checkpoint once (if the strategy is ``jit`` and the state is
+        consistent), then end the process."""
         with self._fail_lock:
             first = not self._failing
             self._failing = True
@@ -670,7 +689,13 @@ class Runtime:
         code = EXIT_FAILURE
         try:
             self.events.emit("failure", trigger=trigger, in_phase=phase, step=self._step,
-                             completed=self._completed, durable=True, **info)
+                             completed=self._completed, hang_bound_s=self.hang_bound_s(),
+                             durable=True, **info)
+            if notify and self._notices is not None:
+                reason = str(info.get("reason") or info.get("error") or trigger)
+                acks = self._notices.post(trigger, reason)
+                self.events.emit("notice", "point", trigger=trigger, reason=reason, acks=acks,
+                                 durable=True)
             if (save and self.config.strategy == "jit" and self.reg.model is not None
                     and phase != "init"):  # before restore() ends there is nothing new to save
                 code = self._save_jit(phase)
