@@ -20,10 +20,11 @@ alike on gloo and NCCL.
     per-operation timeout of ``timeout_s`` (gloo's ``AllgatherOptions.timeout``
     / ``AllreduceOptions.timeout``; the process group's own timeout, which
     also bounds connection set-up, stays generous). The waiting ranks get
-    "Timed out waiting ...ms for recv operation" after ``timeout_s`` and save;
-    the late rank, when it arrives, finds its peers gone ("Connection closed
-    by peer") or, if ``delay_s`` exceeds its own hang bound, its watchdog fires
-    first. How it differs from ``nccl-hang``: the backend raises, so detection
+    "Timed out waiting <ms>ms for send/recv operation to complete" after
+    ``timeout_s`` and save; the late rank is then usually still asleep and is
+    stopped by the agent's SIGTERM (it saves too); had it arrived it would find
+    its peers gone ("Connection closed by peer"), and if ``delay_s`` exceeds
+    its own hang bound its watchdog fires first. How it differs from ``nccl-hang``: the backend raises, so detection
     takes ``timeout_s`` and needs no watchdog; it is only distinct from a hang
     while ``timeout_s`` is below the hang bound (checked: ``timeout_s`` must be
     below ``hang_floor_s``). On NCCL the same per-op timeout is what

@@ -50,6 +50,11 @@ progress) that meets their condition.
     rejects those parts, the restore falls back to the newest valid one and
     its ``restore`` end event lists them in ``skipped`` (the summary in
     ``restore_skipped``).
+
+Sources: Linux ``write(2)`` and ``fsync(2)`` man pages (ENOSPC: "the device
+containing the file has no room for the data"; EIO: "a low-level I/O error
+occurred"; write-back errors are reported by a later ``fsync``), "PostgreSQL's
+fsync() surprise", LWN.net, 2018 (https://lwn.net/Articles/752063/).
 """
 
 from __future__ import annotations

@@ -609,6 +609,10 @@ class Runtime:
             self._fail("collective_error", error=f"{type(exc).__name__}: {exc}"[:500], save=False)
         self._phase = "done"
         self._stop.set()
+        # let the watchdog finish its tick: a check may be inside a C++ call (a store
+        # client's round trip) that must not outlive the objects torn down at exit
+        if threading.current_thread() is not self._watchdog:
+            self._watchdog.join(timeout=15.0)
         self.events.emit("done", step=self._completed, durable=True)
 
     def close(self) -> None:
