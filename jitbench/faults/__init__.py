@@ -24,16 +24,16 @@ from jitbench.faults.process import (
     ExitProcess,
     KillProcess,
     RaiseException,
-    Segfault,
+    SegfaultProcess,
     TerminateProcess,
 )
-from jitbench.faults.storage import CorruptCheckpoint, IoError, NoSpace, TornWrite
+from jitbench.faults.storage import CorruptCheckpoint, FailStorageIo, FillFilesystem, TearWrite
 
 FAULTS: dict[str, type[Fault]] = {c.name: c for c in (
-    KillProcess, TerminateProcess, Segfault, RaiseException, ExitProcess,
+    KillProcess, TerminateProcess, SegfaultProcess, RaiseException, ExitProcess,
     HangCollective, TimeoutCollective, DesyncCollective, SlowRank,
     SimulateXid,
-    NoSpace, IoError, TornWrite, CorruptCheckpoint)}
+    FillFilesystem, FailStorageIo, TearWrite, CorruptCheckpoint)}
 
 __all__ = ["FAULTS", "Fault", "FaultSpec", "Injector", "Param", "make_fault"]
 

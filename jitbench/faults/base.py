@@ -262,7 +262,6 @@ class Injector:
         self.step = 0
         self._lock = threading.Lock()
         self._done: set[int] = {i for i, f in enumerate(self.faults) if self.has_fired(f)}
-        self.fired_at_start = {f.spec.id for i, f in enumerate(self.faults) if i in self._done}
         self._active: list[tuple[Fault, int]] = []
         self._repeated: dict[int, int] = {}
         self._t0: float | None = None

@@ -89,7 +89,7 @@ class TerminateProcess(Fault):
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-class Segfault(Fault):
+class SegfaultProcess(Fault):
     """A real SIGSEGV from reading address 0 (ctypes), core dumps off."""
 
     name = "segfault"

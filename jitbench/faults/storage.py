@@ -110,7 +110,7 @@ def _needs_checkpoints(cls: type[Fault], run: Any) -> str | None:
     return None
 
 
-class NoSpace(Fault):
+class FillFilesystem(Fault):
     """Emulated full filesystem: ENOSPC once the directory outgrows its capacity."""
 
     name = "enospc"
@@ -151,7 +151,7 @@ class NoSpace(Fault):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(ctx["path"]))
 
 
-class IoError(Fault):
+class FailStorageIo(Fault):
     """EIO at the fsync (or a write) of the next checkpoint part's data file."""
 
     name = "eio"
@@ -183,7 +183,7 @@ class IoError(Fault):
         raise OSError(errno.EIO, os.strerror(errno.EIO), str(ctx["path"]))
 
 
-class TornWrite(Fault):
+class TearWrite(Fault):
     """SIGKILL the writer at one I/O operation of a checkpoint commit."""
 
     name = "torn-write"
@@ -212,7 +212,7 @@ class TornWrite(Fault):
     def commit_ops(total_bytes: int) -> int:
         """I/O operations of one part's commit (data file of ``total_bytes``)."""
         chunks = max(1, -(-total_bytes // ckpt.CHUNK_BYTES))
-        return chunks + 3 + TornWrite.MANIFEST_OPS
+        return chunks + 3 + TearWrite.MANIFEST_OPS
 
     def due(self, ctx: dict[str, Any]) -> bool:
         name = ctx["path"].name

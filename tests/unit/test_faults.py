@@ -21,7 +21,7 @@ from jitbench.faults import FAULTS, FaultSpec, Injector, make_fault
 from jitbench.faults.base import FAMILIES, POINTS, Fault, Param
 from jitbench.faults.collective import collective_timeouts
 from jitbench.faults.gpu import GpuHealth, rank_probe
-from jitbench.faults.storage import TornWrite, dir_usage_bytes, install_io_hook
+from jitbench.faults.storage import TearWrite, dir_usage_bytes, install_io_hook
 from jitbench.faults.xid import SimulatedProbe
 from jitbench.harness.spec import RunSpec, SpecError
 from jitbench.runtime import checkpoint as ckpt
@@ -242,7 +242,7 @@ def _wait_child(pid: int, timeout_s: float) -> int:
 
 
 def _torn_child(d: Path, frac: float, out: Path, state: dict) -> None:
-    f = TornWrite(FaultSpec("torn-write", 0, 1, params={"frac": frac}))
+    f = TearWrite(FaultSpec("torn-write", 0, 1, params={"frac": frac}))
 
     def hook(op, path, done, total):
         if f.due({"op": op, "path": path, "done": done, "total": total, "seed": 0}):
@@ -262,7 +262,7 @@ def test_c2_torn_write_at_every_instant_leaves_previous_or_new_complete(tmp_path
     state = _state()
     ckpt.write_part(d0, "periodic", 3, 0, 2, state)
     total = len(ckpt.list_parts(d0)) and ckpt.list_parts(d0)[0].path.stat().st_size
-    n = TornWrite.commit_ops(total)
+    n = TearWrite.commit_ops(total)
     assert n >= 4 + 7  # several data chunks, then fsync, rename, dirsync, manifest (4 ops)
     ops_seen = []
     for i in range(n):
@@ -294,7 +294,7 @@ def test_c2_torn_write_at_every_instant_leaves_previous_or_new_complete(tmp_path
 
 def test_torn_write_instant_is_seeded(tmp_path):
     def target(seed):
-        f = TornWrite(FaultSpec("torn-write", 0, 1))
+        f = TearWrite(FaultSpec("torn-write", 0, 1))
         f.due({"op": "write", "path": Path("x.pt.tmp"), "done": 0, "total": 10 ** 6,
                "seed": seed})
         return f._target

@@ -145,6 +145,17 @@ def test_plan_from_options():
         plan_from_options("slow", 1, 2, 10, 2, 0, params={"delay_s": "soon"})
     with pytest.raises(ScheduleError, match="needs a --fault"):
         plan_from_options("none", 1, 2, 10, 2, 0, time_s=1.0)
+    [f] = plan_from_options("kill", 1, 2, 10, 2, 0, every_attempt=True)
+    assert f.every_attempt
+
+
+def test_plan_from_options_with_a_scenario(tmp_path):
+    p = tmp_path / "s.toml"
+    p.write_text("[[fault]]\nkind = 'term'\nrank = 0\nstep = 4\n")
+    [f] = plan_from_options(None, 1, None, 10, 2, 0, scenario=p)  # no default nccl-hang
+    assert (f.kind, f.rank, f.step) == ("term", 0, 4)
+    both = plan_from_options("kill", 1, 6, 10, 2, 0, scenario=p)
+    assert [(f.kind, f.step) for f in both] == [("term", 4), ("kill", 6)]
 
 
 @pytest.mark.parametrize("kind", sorted(__import__("jitbench.faults").faults.FAULTS))
