@@ -244,8 +244,8 @@ def run(
               f"{run_dir / 'agent.log'}")
         raise typer.Exit(EXIT_RUN_FAILED)
     if not s["completed"]:
-        _line(f"error: the job did not complete: {s['end_reason']}; see "
-              f"{run_dir / 'agent.log'}")
+        why = s.get("end_reason") or f"agent exit {s.get('agent_exit')}, {s.get('attempts')} attempts"
+        _line(f"error: the job did not complete: {why}; see {run_dir / 'agent.log'}")
         raise typer.Exit(EXIT_RUN_FAILED)
     if s["state_equal"] is False:
         _line(f"error: final state differs from the fault-free run "

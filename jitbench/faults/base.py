@@ -36,6 +36,7 @@ import abc
 import math
 import os
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -152,8 +153,11 @@ class Fault(abc.ABC):
     """``process``, ``collective``, ``gpu`` or ``storage``."""
     point: ClassVar[str]
     """Default injection point (see the module docstring)."""
-    points: ClassVar[tuple[str, ...]] = ()
-    """Other injection points the ``point`` parameter may choose."""
+    movable: ClassVar[bool] = True
+    """The ``at`` parameter may move it to ``step``, ``collective`` or ``micro:M``
+    (before micro-batch M of the accumulation window)."""
+    extra_points: ClassVar[tuple[str, ...]] = ()
+    """Further points ``at`` may choose (process faults: ``write``, ``restore``)."""
     summary: ClassVar[str]
     """One line for ``jitbench faults``."""
     recoverable: ClassVar[bool] = True
@@ -166,16 +170,26 @@ class Fault(abc.ABC):
     def __init__(self, spec: FaultSpec) -> None:
         self.spec = spec
         self.p = self.resolve(spec.params)
-        self.point = self.p.get("point", type(self).point)
+        self.point = self.p.get("at") or type(self).point
 
     @classmethod
     def all_params(cls) -> dict[str, Param]:
-        """The fault's parameters, ``point`` included where it may move."""
+        """The fault's parameters, ``at`` (its injection point) included where it may move."""
         out = dict(cls.params)
-        if cls.points:
-            out["point"] = Param(str, cls.point, "injection point", choices=(cls.point,)
-                                 + tuple(p for p in cls.points if p != cls.point))
+        if cls.movable:
+            out["at"] = Param(str, None, "injection point: step, collective, micro:M"
+                              + "".join(f", {p}" for p in cls.extra_points)
+                              + f" (default {cls.point})")
         return out
+
+    @classmethod
+    def point_ok(cls, at: str, grad_accum: int | None = None) -> bool:
+        """Whether ``at`` is an injection point this fault may move to (``micro:M``
+        needs ``M < grad_accum`` when that is given)."""
+        if at in ("step", "collective") or at in cls.extra_points:
+            return True
+        m = re.fullmatch(r"micro:(\d+)", at)
+        return bool(m) and (grad_accum is None or int(m[1]) < grad_accum)
 
     @classmethod
     def resolve(cls, params: dict) -> dict:
@@ -195,6 +209,10 @@ class Fault(abc.ABC):
                 out[name] = prm.coerce(name, params[name]) if name in params else prm.default
             except ValueError as exc:
                 raise ValueError(f"{cls.name}: {exc}") from None
+        if out.get("at") is not None and not cls.point_ok(out["at"]):
+            raise ValueError(f"{cls.name}: at must be step, collective, micro:M"
+                             + "".join(f" or {p}" for p in cls.extra_points)
+                             + f", got {out['at']!r}")
         cls.check_params(out)
         return out
 

@@ -2,9 +2,10 @@
 
 Every process fault fires by default where its real counterpart most often
 hits (the gradient collective, or the start of the step) and may be moved with
-the ``point`` parameter to ``step``, ``collective``, ``write`` (during a
-checkpoint write: a second fault while the JIT checkpoint is being written)
-or ``restore`` (while a checkpoint is loaded at start-up).
+the ``at`` parameter (which every fault but the storage ones takes: ``step``,
+``collective``, ``micro:M``) also to ``write`` (during a checkpoint write: a
+second fault while the JIT checkpoint is being written) or ``restore`` (while
+a checkpoint is loaded at start-up; ``exception`` too).
 
 ``kill``
     The most common interruption in large jobs: a GPU or host fault that
@@ -55,7 +56,7 @@ from typing import Any
 
 from jitbench.faults.base import Fault, Param
 
-_MOVABLE = ("step", "collective", "write", "restore")
+_MOVABLE = ("write", "restore")
 
 
 class InjectedError(RuntimeError):
@@ -68,7 +69,7 @@ class KillProcess(Fault):
     name = "kill"
     family = "process"
     point = "collective"
-    points = _MOVABLE
+    extra_points = _MOVABLE
     summary = "SIGKILL one rank inside the gradient all-reduce of step k (GPU/host crash)"
 
     def fire(self, ctx: dict[str, Any]) -> None:
@@ -82,7 +83,7 @@ class TerminateProcess(Fault):
     name = "term"
     family = "process"
     point = "collective"
-    points = _MOVABLE
+    extra_points = _MOVABLE
     summary = "SIGTERM one rank at step k, as in a preemption (it saves, then exits)"
 
     def fire(self, ctx: dict[str, Any]) -> None:
@@ -95,7 +96,7 @@ class SegfaultProcess(Fault):
     name = "segfault"
     family = "process"
     point = "collective"
-    points = _MOVABLE
+    extra_points = _MOVABLE
     summary = "real SIGSEGV (invalid memory read) in one rank at step k (native crash)"
 
     def fire(self, ctx: dict[str, Any]) -> None:
@@ -113,7 +114,7 @@ class RaiseException(Fault):
     name = "exception"
     family = "process"
     point = "step"
-    points = ("step", "collective", "restore")
+    extra_points = ("restore",)
     summary = "a Python exception raised inside step k of one rank (a bug, a bad batch)"
 
     def fire(self, ctx: dict[str, Any]) -> None:
@@ -126,7 +127,7 @@ class ExitProcess(Fault):
     name = "exit"
     family = "process"
     point = "collective"
-    points = _MOVABLE
+    extra_points = _MOVABLE
     summary = "one rank calls exit(code) at step k, no handlers run (library abort)"
     params = {"code": Param(int, 1, "exit status of the process", low=1, high=255)}
 

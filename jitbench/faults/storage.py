@@ -115,6 +115,7 @@ class FillFilesystem(Fault):
 
     name = "enospc"
     family = "storage"
+    movable = False
     point = "write"
     summary = ("checkpoint filesystem full from step k (room_ckpts parts of room): the "
                "write fails with ENOSPC (C11)")
@@ -156,6 +157,7 @@ class FailStorageIo(Fault):
 
     name = "eio"
     family = "storage"
+    movable = False
     point = "write"
     summary = "the next checkpoint write from step k fails with EIO (at fsync by default)"
     params = {
@@ -188,6 +190,7 @@ class TearWrite(Fault):
 
     name = "torn-write"
     family = "storage"
+    movable = False
     point = "write"
     summary = ("SIGKILL the writing rank at a (seeded) random instant inside its next "
                "checkpoint write from step k (C2)")
@@ -239,6 +242,7 @@ class CorruptCheckpoint(Fault):
 
     name = "corrupt"
     family = "storage"
+    movable = False
     point = "step"
     fails_job = False
     summary = ("flip bytes in the newest committed checkpoint at step k; restore falls back "

@@ -153,9 +153,12 @@ class RunSpec:
                 raise SpecError(f"fault step {f.step} must be in 1..{self.workload.steps - 1} "
                                 f"(the run has {self.workload.steps} steps)")
             at = f.params.get("at")
-            if at is not None and not _valid_point(str(at), self.workload.grad_accum):
-                raise SpecError(f"fault {f.id}: injection point {at!r} is not step, collective "
-                                f"or micro:M with M in 0..{self.workload.grad_accum - 1}")
+            cls = FAULTS[f.kind]
+            if at is not None and cls.movable and not cls.point_ok(str(at),
+                                                                   self.workload.grad_accum):
+                more = "".join(f", {p}" for p in cls.extra_points)
+                raise SpecError(f"fault {f.id}: injection point {at!r} is not step, collective"
+                                f"{more} or micro:M with M in 0..{self.workload.grad_accum - 1}")
             self._validate_fault(f)
         if self.faults and self.world_size < 2:
             raise SpecError("a fault needs at least 2 ranks (a survivor to save)")
@@ -204,10 +207,3 @@ class RunSpec:
         d["faults"] = []
         d["ckpt_dir"] = None
         return RunSpec.from_dict(d)
-
-
-def _valid_point(at: str, grad_accum: int) -> bool:
-    if at in ("step", "collective"):
-        return True
-    m = re.fullmatch(r"micro:(\d+)", at)
-    return bool(m) and int(m[1]) < grad_accum

@@ -156,6 +156,13 @@ def _write_durable(path: Path, data: bytes, hook: IoHook | None = None) -> None:
             f"writing {path.name} failed: {os.strerror(exc.errno or errno.EIO)}", exc.errno) from exc
 
 
+def _write_hooked(path: Path, data: bytes, hook: IoHook | None) -> None:
+    if hook is None:
+        _write_durable(path, data)
+    else:
+        _write_durable(path, data, hook)
+
+
 def tensor_layout(obj: Any, prefix: str = "") -> dict[str, list]:
     """``{dotted.key: [shape, dtype]}`` of every tensor in a nested state dict."""
     out: dict[str, list] = {}
@@ -200,7 +207,7 @@ def write_part(ckpt_dir: str | os.PathLike, kind: str, step: int, rank: int, wor
     path = d / f"{stem}.pt"
     hook = _io_hook
     try:
-        _write_durable(path, data, hook)
+        _write_hooked(path, data, hook)
     except CheckpointWriteError:
         try:  # failed after the rename (dir fsync): drop the uncommitted file too
             path.unlink()
@@ -215,7 +222,7 @@ def write_part(ckpt_dir: str | os.PathLike, kind: str, step: int, rank: int, wor
     }
     mpath = d / f"{stem}.json"
     try:
-        _write_durable(mpath, json.dumps(manifest, sort_keys=True).encode(), hook)
+        _write_hooked(mpath, json.dumps(manifest, sort_keys=True).encode(), hook)
     except CheckpointWriteError:
         try:
             path.unlink()

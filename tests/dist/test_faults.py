@@ -275,7 +275,7 @@ def test_c1_desync_every_rank_leaves_within_the_bound(c1_run, mode):
 COMPOUND_PLAN = [
     FaultSpec("kill", 1, 3), FaultSpec("kill", 2, 3),                   # two ranks at once
     FaultSpec("kill", 3, 6), FaultSpec("torn-write", 2, 6),            # killed mid JIT write
-    FaultSpec("kill", 2, 6, params={"point": "restore"}, id="kill-in-restore"),
+    FaultSpec("kill", 2, 6, params={"at": "restore"}, id="kill-in-restore"),
 ]
 
 

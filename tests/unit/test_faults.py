@@ -64,15 +64,17 @@ def test_param_types_and_ranges():
 def test_resolve_rejects_unknown_keys_and_fills_defaults():
     with pytest.raises(ValueError, match="unknown parameter 'delay'"):
         FAULTS["slow"].resolve({"delay": 1})
-    assert FAULTS["slow"].resolve({}) == {"delay_s": 0.5, "steps": 5}
+    assert FAULTS["slow"].resolve({}) == {"delay_s": 0.5, "steps": 5, "at": None}
     assert FAULTS["nccl-timeout"].resolve({"timeout_s": 0.5})["delay_s"] == 1.0
     with pytest.raises(ValueError, match="must exceed timeout_s"):
         FAULTS["nccl-timeout"].resolve({"timeout_s": 1.0, "delay_s": 0.5})
-    assert make_fault(FaultSpec("kill", 1, 3, params={"point": "restore"})).point == "restore"
-    with pytest.raises(ValueError, match="point must be one of"):
-        make_fault(FaultSpec("exception", 1, 3, params={"point": "write"}))
-    with pytest.raises(ValueError, match="unknown parameter 'point'"):
-        make_fault(FaultSpec("slow", 1, 3, params={"point": "collective"}))
+    assert make_fault(FaultSpec("kill", 1, 3, params={"at": "restore"})).point == "restore"
+    assert make_fault(FaultSpec("slow", 1, 3, params={"at": "micro:1"})).point == "micro:1"
+    assert make_fault(FaultSpec("kill", 1, 3)).point == "collective"
+    with pytest.raises(ValueError, match="at must be step, collective, micro:M or restore"):
+        make_fault(FaultSpec("exception", 1, 3, params={"at": "write"}))
+    with pytest.raises(ValueError, match="unknown parameter 'at'"):
+        make_fault(FaultSpec("torn-write", 1, 3, params={"at": "collective"}))
 
 
 @pytest.mark.parametrize("fault, needle", [

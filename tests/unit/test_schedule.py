@@ -68,7 +68,7 @@ count = 2
 kind = "kill"
 rank = 0
 step = 5
-point = "restore"
+at = "restore"
 every_attempt = true
 id = "k-restore"
 [[poisson]]
@@ -87,7 +87,7 @@ def test_scenario_file_expands(tmp_path):
     assert kinds[:5] == [("slow", 0, 2, None), ("xid", 1, 1, 1.5), ("kill", 1, 4, None),
                          ("kill", 1, 8, None), ("kill", 0, 5, None)]
     assert got[0].params == {"delay_s": 0.3, "steps": 3} and got[1].params == {"code": 63}
-    assert got[4].every_attempt and got[4].params == {"point": "restore"}
+    assert got[4].every_attempt and got[4].params == {"at": "restore"}
     assert got[4].id == "k-restore"
     assert all(f.kind == "exception" and f.step >= 10 for f in got[5:]) and got[5:]
     assert got == load_scenario(p, nproc=2, steps=20, seed=3)  # replayable
@@ -108,7 +108,8 @@ def test_scenario_file_expands(tmp_path):
     ("[[fault]]\nkind='kill'\ncount=2\n", "count needs every_steps"),
     ("[[fault]]\nkind='kill'\nevery_steps=0\n", "every_steps must be >= 1"),
     ("[[fault]]\nkind='kill'\ntime_s=-2\n", "time_s must be >= 0"),
-    ("[[fault]]\nkind='xid'\ncode=79\npoint='write'\n", "unknown key 'point'"),
+    ("[[fault]]\nkind='xid'\ncode=79\nat='write'\n", "at must be step, collective"),
+    ("[[fault]]\nkind='eio'\nat='step'\n", "unknown key 'at'"),
     ("[[fault]]\nkind='kill'\n[[fault]]\nkind='kill'\n", "two faults have the id"),
     ("[[poisson]]\nkinds=['kill']\n", "give exactly one of mtbf_steps and mtbf_s"),
     ("[[poisson]]\nkinds=[]\nmtbf_steps=3.0\n", "kinds must be a non-empty list"),
