@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from jitbench.benchcli import MtbfOpt, parse_duration_s, register
-from jitbench.faults import FAULTS, FaultSpec
+from jitbench.faults import FAULTS
 from jitbench.harness.spec import RunSpec, SpecError
 from jitbench.workloads import DataError, WorkloadConfig
 
@@ -113,17 +113,37 @@ def _check_data(workload: str, data: str | None, wl: WorkloadConfig | None = Non
             raise InputError(str(exc)) from exc
 
 
-def _default_fault_step(steps: int) -> int:
-    return max(1, min(steps - 1, steps // 3))
-
-
 @app.command()
 def run(
-    fault: Annotated[str, typer.Option(help="Fault to inject ('jitbench faults' lists them); "
-                                            "'none' for a fault-free run.")] = "nccl-hang",
+    fault: Annotated[str | None, typer.Option(
+        help="Fault to inject ('jitbench faults' lists them); 'none' for a fault-free run. "
+             "Default: nccl-hang, or none with --scenario.")] = None,
     fault_rank: Annotated[int, typer.Option(help="Rank the fault hits.")] = 1,
     fault_step: Annotated[int | None, typer.Option(help="Step the fault fires at "
                                                          "(default: a third of the way in).")] = None,
+    fault_time_s: Annotated[float | None, typer.Option(
+        help="Fire once this many seconds have passed since training started.")] = None,
+    fault_every: Annotated[int | None, typer.Option(
+        help="Fire every N steps (from --fault-step, default N).")] = None,
+    fault_count: Annotated[int | None, typer.Option(
+        help="At most this many faults (--fault-every, --mtbf-*).")] = None,
+    mtbf_steps: Annotated[float | None, typer.Option(
+        help="Poisson arrivals, mean steps between faults (seeded by --seed).")] = None,
+    mtbf_s: Annotated[float | None, typer.Option(
+        help="Poisson arrivals, mean seconds between faults (seeded by --seed).")] = None,
+    every_attempt: Annotated[bool, typer.Option(
+        help="Fire in every restarted attempt (a rank that always fails).")] = False,
+    fault_param: Annotated[list[str] | None, typer.Option(
+        help="Fault parameter KEY=VALUE (repeatable; 'jitbench faults' lists them).")] = None,
+    xid: Annotated[int | None, typer.Option(help="Xid code of the xid fault (e.g. 79, 48, "
+                                                 "63).")] = None,
+    slow_s: Annotated[float | None, typer.Option(help="Delay per step of the slow fault "
+                                                      "(s).")] = None,
+    slow_steps: Annotated[int | None, typer.Option(help="Steps slowed by the slow "
+                                                        "fault.")] = None,
+    scenario: Annotated[Path | None, typer.Option(
+        help="TOML scenario file: a campaign of several faults (see "
+             "jitbench.faults.schedule).")] = None,
     workload: Workload = "gpt",
     size: Size = None,
     strategy: Strategy = "jit",
@@ -173,13 +193,9 @@ def run(
             extra["schedule"] = schedule
     wl = WorkloadConfig(name=workload, size=size, data=data, batch_size=batch_size,
                         grad_accum=grad_accum, steps=steps, seed=seed, extra=extra)
-    faults = []
-    if fault != "none":
-        if fault not in FAULTS:
-            raise InputError(f"unknown fault {fault!r}; one of none, {', '.join(sorted(FAULTS))}")
-        faults.append(FaultSpec(fault, fault_rank,
-                                fault_step if fault_step is not None
-                                else _default_fault_step(steps)))
+    faults = _fault_plan(fault, fault_rank, fault_step, steps, nproc * max(1, nnodes), seed,
+                         fault_time_s, fault_every, fault_count, mtbf_steps, mtbf_s,
+                         every_attempt, fault_param, xid, slow_s, slow_steps, scenario)
     spec = RunSpec(workload=wl, strategy=strategy, faults=faults, nproc=nproc, nnodes=nnodes,
                    rdzv_endpoint=rdzv_endpoint,
                    max_restarts=max_restarts, hang_floor_s=hang_floor_s,
@@ -194,7 +210,9 @@ def run(
 
     check_ckpt_dir(spec)
     if run_dir is None:
-        run_dir = Path("runs") / time.strftime(f"%Y%m%d-%H%M%S-{workload}-{fault}")
+        label = (scenario.stem if scenario is not None and fault is None
+                 else fault or "nccl-hang")
+        run_dir = Path("runs") / time.strftime(f"%Y%m%d-%H%M%S-{workload}-{label}")
     from jitbench.harness.run import prepare_dir
     from jitbench.harness.run import run as run_spec
 
@@ -232,8 +250,8 @@ def run(
               f"{run_dir / 'agent.log'}")
         raise typer.Exit(EXIT_RUN_FAILED)
     if not s["completed"]:
-        _line(f"error: the job did not complete (agent exit {s['agent_exit']}, "
-              f"{s['attempts']} attempts); see {run_dir / 'agent.log'}")
+        why = s.get("end_reason") or f"agent exit {s.get('agent_exit')}, {s.get('attempts')} attempts"
+        _line(f"error: the job did not complete: {why}; see {run_dir / 'agent.log'}")
         raise typer.Exit(EXIT_RUN_FAILED)
     if s["state_equal"] is False:
         _line(f"error: final state differs from the fault-free run "
@@ -247,6 +265,36 @@ def run(
               f"{s['expected_replayed_steps']} (the steps since the newest committed "
               f"checkpoint; at most 1 per failure under jit)")
         raise typer.Exit(EXIT_INCORRECT)
+
+
+def _fault_plan(fault, rank, step, steps, nproc, seed, time_s, every, count, mtbf_steps, mtbf_s,
+                every_attempt, params, xid, slow_s, slow_steps, scenario) -> list:
+    """The run's fault plan from the options (see :func:`jitbench.faults.schedule.plan_from_options`)."""
+    from jitbench.faults.schedule import ScheduleError, plan_from_options
+
+    kv: dict[str, str] = {}
+    for item in params or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise InputError(f"--fault-param takes KEY=VALUE, got {item!r}")
+        kv[key.strip()] = value.strip()
+    for flag, key, value, kinds in (("--xid", "code", xid, ("xid",)),
+                                    ("--slow-s", "delay_s", slow_s, ("slow",)),
+                                    ("--slow-steps", "steps", slow_steps, ("slow",))):
+        if value is None:
+            continue
+        if (fault or "nccl-hang") not in kinds:
+            raise InputError(f"{flag} applies to --fault {kinds[0]}, not {fault or 'nccl-hang'}")
+        kv[key] = str(value)
+    if scenario is not None and not scenario.is_file():
+        raise InputError(f"scenario file {scenario} does not exist")
+    try:
+        return plan_from_options(fault, rank, step, steps, nproc, seed, time_s=time_s,
+                                 every_steps=every, count=count, mtbf_steps=mtbf_steps,
+                                 mtbf_s=mtbf_s, every_attempt=every_attempt, params=kv,
+                                 scenario=scenario)
+    except ScheduleError as exc:
+        raise InputError(str(exc)) from None
 
 
 def _check_size(workload: str, size: str | None) -> None:
@@ -263,18 +311,25 @@ def _check_size(workload: str, size: str | None) -> None:
 @app.command()
 def faults(as_json: Json = False) -> None:
     """List every fault with a one-line description."""
-    rows = [{"name": n, "point": c.point, "recoverable": c.recoverable, "summary": c.summary}
-            for n, c in sorted(FAULTS.items())]
+    from jitbench.faults.base import FAMILIES
+
+    order = sorted(FAULTS.items(), key=lambda kv: (FAMILIES.index(kv[1].family), kv[0]))
+    rows = [{"name": n, "family": c.family, "point": c.point, "recoverable": c.recoverable,
+             "fails_job": c.fails_job, "summary": c.summary,
+             "params": {k: {"type": p.type.__name__, "default": p.default, "doc": p.doc}
+                        for k, p in c.all_params().items()}}
+            for n, c in order]
     if as_json:
         print(json.dumps(rows))
         return
     from rich.table import Table
 
-    t = Table(title="faults")
-    for col in ("name", "fires", "summary"):
+    t = Table(title="faults (jitbench run --fault NAME [--fault-param KEY=VALUE])")
+    for col in ("name", "family", "fires", "summary", "parameters"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["name"], r["point"], r["summary"])
+        t.add_row(r["name"], r["family"], r["point"], r["summary"],
+                  ", ".join(f"{k}={v['default']}" for k, v in r["params"].items()))
     out.print(t)
 
 

@@ -1,18 +1,41 @@
 """Fault families and the injector.
 
 Each module documents the real failure it stands for, how it is produced and
-what the other ranks see. :data:`FAULTS` maps the CLI name to the class.
+what the other ranks see: :mod:`~jitbench.faults.process` (kill, term,
+segfault, exception, exit), :mod:`~jitbench.faults.collective` (nccl-hang,
+nccl-timeout, desync, slow), :mod:`~jitbench.faults.gpu` (xid, over the probes
+of :mod:`~jitbench.faults.xid`), :mod:`~jitbench.faults.storage` (enospc, eio,
+torn-write, corrupt). :mod:`~jitbench.faults.schedule` turns schedules (at a
+step, at a time, every N steps, Poisson arrivals, TOML scenario files) into
+concrete :class:`FaultSpec` lists. :data:`FAULTS` maps the CLI name to the class.
 """
 
 from __future__ import annotations
 
-from jitbench.faults.base import Fault, FaultSpec, Injector
-from jitbench.faults.collective import HangCollective
-from jitbench.faults.process import KillProcess
+from jitbench.faults.base import Fault, FaultSpec, Injector, Param
+from jitbench.faults.collective import (
+    DesyncCollective,
+    HangCollective,
+    SlowRank,
+    TimeoutCollective,
+)
+from jitbench.faults.gpu import SimulateXid
+from jitbench.faults.process import (
+    ExitProcess,
+    KillProcess,
+    RaiseException,
+    SegfaultProcess,
+    TerminateProcess,
+)
+from jitbench.faults.storage import CorruptCheckpoint, FailStorageIo, FillFilesystem, TearWrite
 
-FAULTS: dict[str, type[Fault]] = {c.name: c for c in (KillProcess, HangCollective)}
+FAULTS: dict[str, type[Fault]] = {c.name: c for c in (
+    KillProcess, TerminateProcess, SegfaultProcess, RaiseException, ExitProcess,
+    HangCollective, TimeoutCollective, DesyncCollective, SlowRank,
+    SimulateXid,
+    FillFilesystem, FailStorageIo, TearWrite, CorruptCheckpoint)}
 
-__all__ = ["FAULTS", "Fault", "FaultSpec", "Injector", "make_fault"]
+__all__ = ["FAULTS", "Fault", "FaultSpec", "Injector", "Param", "make_fault"]
 
 
 def make_fault(spec: FaultSpec) -> Fault:
@@ -21,12 +44,11 @@ def make_fault(spec: FaultSpec) -> Fault:
     ``m`` of the accumulation window).
 
     Raises:
-        ValueError: unknown fault kind.
+        ValueError: unknown fault kind or invalid parameters (one line).
     """
     try:
-        fault = FAULTS[spec.kind](spec)
+        cls = FAULTS[spec.kind]
     except KeyError:
-        raise ValueError(f"unknown fault {spec.kind!r}; one of {', '.join(sorted(FAULTS))}") from None
-    if spec.params.get("at"):
-        fault.point = str(spec.params["at"])
-    return fault
+        raise ValueError(f"unknown fault {spec.kind!r}; one of {', '.join(sorted(FAULTS))}"
+                         ) from None
+    return cls(spec)

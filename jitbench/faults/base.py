@@ -1,24 +1,52 @@
-"""Declared faults and the per-rank injector.
+"""Declared faults, their parameters, and the per-rank injector.
 
-A fault is data (:class:`FaultSpec`): its kind, the rank(s) it hits, its
-trigger (an optimizer step) and parameters. The worker calls
-:meth:`Injector.at` at named injection points (``step``: the start of a step;
-``collective``: inside the first gradient collective of a step). A fault
-fires once per run: before acting, the injector commits a marker file in the
-run directory and writes a durable ``fault`` event, so a restarted attempt
-that replays the step does not fire it again (``every_attempt`` faults fire in
-every attempt, to model a rank that always fails).
+A fault is data (:class:`FaultSpec`): its kind, the rank it hits, its trigger
+and its parameters. The worker calls :meth:`Injector.at` at named injection
+points:
+
+``step``
+    the start of a step (main thread, inside the runtime's step);
+``collective``
+    inside the first gradient collective of a step (the DDP comm hook,
+    before this rank posts its collective);
+``write``
+    before each I/O operation of a checkpoint part's commit (any thread; the
+    JIT save runs on the watchdog thread when the main thread is blocked);
+``restore``
+    when a part is about to be loaded at start-up (the step is the one the
+    restore resumes at: the part's step + 1).
+
+Triggers: a fault fires at the first injection point of its kind whose step
+is >= ``FaultSpec.step`` and, if ``time_s`` is set, once ``time_s`` seconds
+of wall time have passed since training started (the first step of attempt 0,
+shared by all ranks and attempts through a file in the run directory); the
+fault may further wait for its own condition (:meth:`Fault.due`, e.g. a torn
+write waits for its chosen I/O operation). For a plain step trigger this is
+exactly "at step k". A fault fires once per run: before acting, the injector
+commits a marker file in the run directory and writes a durable ``fault``
+event, so a restarted attempt that replays the step does not fire it again
+(``every_attempt`` faults fire in every attempt, to model a rank that always
+fails). Faults with a window (``slow``) act again at each of their next steps
+of the same attempt.
 """
 
 from __future__ import annotations
 
 import abc
+import math
 import os
+import random
+import re
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from jitbench.runtime.events import EventLog
+
+POINTS = ("step", "collective", "write", "restore")
+FAMILIES = ("process", "collective", "gpu", "storage")
 
 
 @dataclass
@@ -30,36 +58,201 @@ class FaultSpec:
     rank: int = 1
     """Global rank that the fault hits."""
     step: int = 1
-    """Optimizer step (1-based) at which it fires."""
+    """Optimizer step (1-based) at which it fires (with ``time_s``: the earliest step)."""
     every_attempt: bool = False
     """Fire again in every restarted attempt (a rank that always fails)."""
     params: dict = field(default_factory=dict)
-    """Kind-specific parameters."""
+    """Kind-specific parameters (see each fault's ``params``; defaults filled in)."""
     id: str = ""
-    """Stable identifier (default ``<kind>@<rank>:<step>``)."""
+    """Stable identifier (default ``<kind>@<rank>:<step>``, or ``...:t<time_s>``)."""
+    time_s: float | None = None
+    """Fire once this many seconds (wall time) have passed since training started."""
 
     def __post_init__(self) -> None:
         if not self.id:
-            self.id = f"{self.kind}@{self.rank}:{self.step}"
+            at = f"t{self.time_s:g}" if self.time_s is not None else str(self.step)
+            self.id = f"{self.kind}@{self.rank}:{at}"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One fault parameter: its type, default, unit-carrying doc and valid range."""
+
+    type: type
+    """``int``, ``float``, ``str`` or ``bool``."""
+    default: Any
+    """Value when not given (None: the fault derives it, e.g. from the seed)."""
+    doc: str
+    low: float | None = None
+    """Smallest valid value (inclusive)."""
+    high: float | None = None
+    """Largest valid value (inclusive unless ``high_open``)."""
+    high_open: bool = False
+    choices: tuple = ()
+
+    def coerce(self, name: str, value: Any) -> Any:
+        """Check ``value``; returns it (ints accepted for floats).
+
+        Raises:
+            ValueError: wrong type or impossible value, as one line.
+        """
+        t = self.type
+        if value is None and self.default is None:
+            return None
+        ok = (isinstance(value, bool) if t is bool else
+              isinstance(value, int) and not isinstance(value, bool) if t is int else
+              isinstance(value, (int, float)) and not isinstance(value, bool) if t is float else
+              isinstance(value, str))
+        if not ok:
+            raise ValueError(f"{name} must be {t.__name__}, got {type(value).__name__} "
+                             f"{value!r}")
+        if t is float:
+            value = float(value)
+            if not math.isfinite(value):
+                raise ValueError(f"{name} must be finite, got {value}")
+        if self.choices and value not in self.choices:
+            raise ValueError(f"{name} must be one of {', '.join(map(str, self.choices))}, "
+                             f"got {value!r}")
+        if self.low is not None and value < self.low:
+            raise ValueError(f"{name} must be >= {self.low:g}, got {value!r}")
+        if self.high is not None and (value >= self.high if self.high_open
+                                      else value > self.high):
+            rel = "<" if self.high_open else "<="
+            raise ValueError(f"{name} must be {rel} {self.high:g}, got {value!r}")
+        return value
+
+    def parse(self, name: str, text: str) -> Any:
+        """Parse a command-line string (``--fault-param name=text``) and check it."""
+        try:
+            if self.type is bool:
+                low = text.strip().lower()
+                if low not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError
+                value: Any = low in ("true", "1", "yes")
+            elif self.type is int:
+                value = int(text)
+            elif self.type is float:
+                value = float(text)
+            else:
+                value = text
+        except ValueError:
+            raise ValueError(f"{name} must be {self.type.__name__}, got {text!r}") from None
+        return self.coerce(name, value)
 
 
 class Fault(abc.ABC):
-    """A fault family member: what it simulates, where it fires, what it does."""
+    """A fault family member: what it simulates, where it fires, what it does.
+
+    Subclasses set the class attributes and implement :meth:`fire`; their
+    module docstring says what real failure the fault stands for, how it is
+    produced and what the other ranks see.
+    """
 
     name: ClassVar[str]
+    family: ClassVar[str]
+    """``process``, ``collective``, ``gpu`` or ``storage``."""
     point: ClassVar[str]
-    """Injection point: ``step`` or ``collective``."""
+    """Default injection point (see the module docstring)."""
+    movable: ClassVar[bool] = True
+    """The ``at`` parameter may move it to ``step``, ``collective`` or ``micro:M``
+    (before micro-batch M of the accumulation window)."""
+    extra_points: ClassVar[tuple[str, ...]] = ()
+    """Further points ``at`` may choose (process faults: ``write``, ``restore``)."""
     summary: ClassVar[str]
     """One line for ``jitbench faults``."""
     recoverable: ClassVar[bool] = True
     """JIT checkpointing recovers from it with at most one minibatch replayed."""
+    fails_job: ClassVar[bool] = True
+    """The fault makes the job fail (starts a failure episode in the metrics)."""
+    params: ClassVar[dict[str, Param]] = {}
+    """Kind-specific parameters."""
 
     def __init__(self, spec: FaultSpec) -> None:
         self.spec = spec
+        self.p = self.resolve(spec.params)
+        self.point = self.p.get("at") or type(self).point
+
+    @classmethod
+    def all_params(cls) -> dict[str, Param]:
+        """The fault's parameters, ``at`` (its injection point) included where it may move."""
+        out = dict(cls.params)
+        if cls.movable:
+            out["at"] = Param(str, None, "injection point: step, collective, micro:M"
+                              + "".join(f", {p}" for p in cls.extra_points)
+                              + f" (default {cls.point})")
+        return out
+
+    @classmethod
+    def point_ok(cls, at: str, grad_accum: int | None = None) -> bool:
+        """Whether ``at`` is an injection point this fault may move to (``micro:M``
+        needs ``M < grad_accum`` when that is given)."""
+        if at in ("step", "collective") or at in cls.extra_points:
+            return True
+        m = re.fullmatch(r"micro:(\d+)", at)
+        return bool(m) and (grad_accum is None or int(m[1]) < grad_accum)
+
+    @classmethod
+    def resolve(cls, params: dict) -> dict:
+        """Validated parameters with defaults filled in.
+
+        Raises:
+            ValueError: an unknown key, a wrong type or an impossible value (one line).
+        """
+        known = cls.all_params()
+        unknown = sorted(set(params) - set(known))
+        if unknown:
+            allowed = ", ".join(sorted(known)) or "none"
+            raise ValueError(f"{cls.name}: unknown parameter {unknown[0]!r} (allowed: {allowed})")
+        out = {}
+        for name, prm in known.items():
+            try:
+                out[name] = prm.coerce(name, params[name]) if name in params else prm.default
+            except ValueError as exc:
+                raise ValueError(f"{cls.name}: {exc}") from None
+        if out.get("at") is not None and not cls.point_ok(out["at"]):
+            raise ValueError(f"{cls.name}: at must be step, collective, micro:M"
+                             + "".join(f" or {p}" for p in cls.extra_points)
+                             + f", got {out['at']!r}")
+        cls.check_params(out)
+        return out
+
+    @classmethod
+    def check_params(cls, p: dict) -> None:
+        """Cross-parameter checks (raise ValueError with one line)."""
+        return None
+
+    @classmethod
+    def check_run(cls, spec: FaultSpec, run: Any) -> str | None:
+        """A reason this fault cannot work in ``run`` (a RunSpec), or None."""
+        return None
+
+    def fails(self) -> bool:
+        """This instance makes the job fail (``fails_job``; per code for Xids)."""
+        return self.fails_job
+
+    def window_steps(self) -> int:
+        """Steps the fault acts on, from its first (1: a one-off)."""
+        return 1
+
+    def due(self, ctx: dict[str, Any]) -> bool:
+        """Whether to fire at this injection (the trigger already matched)."""
+        return True
+
+    def event_fields(self, ctx: dict[str, Any]) -> dict:
+        """Extra fields of the ``fault`` event (computed just before firing)."""
+        return {}
+
+    def rng(self, ctx: dict[str, Any]) -> random.Random:
+        """A random stream of this fault, fixed by the run's seed and the fault id."""
+        return random.Random(f"{ctx.get('seed', 0)}/{self.spec.id}")
 
     @abc.abstractmethod
     def fire(self, ctx: dict[str, Any]) -> None:
         """Act (may not return: kill, hang)."""
+
+    def repeat(self, ctx: dict[str, Any]) -> None:
+        """Act again at a later step of the window (default: :meth:`fire`)."""
+        self.fire(ctx)
 
 
 class Injector:
@@ -69,35 +262,103 @@ class Injector:
         faults: the run's fault plan (all ranks; this rank keeps its own).
         rank: this rank.
         attempt: restart count.
-        state_dir: run directory folder for fired markers (shared by all ranks).
+        state_dir: run directory folder for fired markers and the training
+            start time (shared by all ranks).
         events: this rank's event log.
+        context: fixed items handed to every :meth:`Fault.fire` (probe,
+            checkpoint directory, seed, world size, ...).
     """
 
     def __init__(self, faults: list[Fault], rank: int, attempt: int, state_dir: str | os.PathLike,
-                 events: EventLog) -> None:
+                 events: EventLog, context: dict[str, Any] | None = None) -> None:
         self.faults = [f for f in faults if f.spec.rank == rank]
         self.rank, self.attempt = rank, attempt
         self.dir = Path(state_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.events = events
+        self.context = dict(context or {})
         self.step = 0
+        self._lock = threading.Lock()
+        self._done: set[int] = {i for i, f in enumerate(self.faults) if self.has_fired(f)}
+        self._active: list[tuple[Fault, int]] = []
+        self._repeated: dict[int, int] = {}
+        self._t0: float | None = None
 
     def _marker(self, f: Fault) -> Path:
         return self.dir / f"{f.spec.id.replace('/', '_')}.attempt{self.attempt:03d}"
 
-    def _fired(self, f: Fault) -> bool:
+    def has_fired(self, f: Fault) -> bool:
         if f.spec.every_attempt:
             return self._marker(f).exists()
-        return any(self.dir.glob(f"{f.spec.id.replace('/', '_')}.attempt*"))
+        return any(self.dir.glob(f"{_glob_escape(f.spec.id.replace('/', '_'))}.attempt*"))
 
+    # ------------------------------------------------------------- time base
+    def train_start(self, create: bool = False) -> float | None:
+        """Wall time (s, epoch) training started: the first step of attempt 0 of
+        any rank (``create``: this rank is at its first step; the first rank to
+        get there writes the time, everyone else and later attempts read it)."""
+        if self._t0 is None:
+            path = self.dir / "train_start"
+            if create and not path.exists():
+                tmp = self.dir / f"train_start.{self.rank}.{self.attempt}.tmp"
+                tmp.write_text(repr(time.time()))
+                try:
+                    os.link(tmp, path)  # atomic: the first rank wins
+                except FileExistsError:
+                    pass
+                finally:
+                    tmp.unlink(missing_ok=True)
+            try:
+                self._t0 = float(path.read_text())
+            except (OSError, ValueError):
+                return None
+        return self._t0
+
+    def elapsed_s(self) -> float | None:
+        """Seconds (wall time) since training started, or None before it started."""
+        t0 = self.train_start()
+        return None if t0 is None else time.time() - t0
+
+    # ---------------------------------------------------------------- firing
     def at(self, point: str, step: int, **ctx: Any) -> None:
         """Fire every due fault for ``point`` at ``step`` (in plan order)."""
-        for f in self.faults:
-            if f.point == point and f.spec.step == step and not self._fired(f):
-                marker = self._marker(f)
-                fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                os.fsync(fd)
-                os.close(fd)
-                self.events.emit("fault", kind=f.name, fault_id=f.spec.id, step=step,
-                                 point=point, durable=True, **f.spec.params)
-                f.fire({"step": step, "rank": self.rank, "events": self.events, **ctx})
+        if point == "step" and self._t0 is None:
+            self.train_start(create=True)
+        for f, first in list(self._active):
+            if f.point == point and first < step < first + f.window_steps():
+                key = id(f)
+                if self._repeated.get(key) != step:
+                    self._repeated[key] = step
+                    f.repeat(self._ctx(point, step, ctx))
+        for i, f in enumerate(self.faults):
+            if i in self._done or f.point != point or step < f.spec.step:
+                continue
+            if f.spec.time_s is not None:
+                el = self.elapsed_s()
+                if el is None or el < f.spec.time_s:
+                    continue
+            full = self._ctx(point, step, ctx)
+            with self._lock:
+                if i in self._done or not f.due(full):
+                    continue
+                self._done.add(i)
+            fd = os.open(self._marker(f), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.fsync(fd)
+            os.close(fd)
+            extra = f.event_fields(full)
+            el = self.elapsed_s()
+            self.events.emit("fault", kind=f.name, fault_id=f.spec.id, step=step, point=point,
+                             scheduled_step=f.spec.step, time_s=f.spec.time_s,
+                             elapsed_s=el, fails_job=f.fails(), params=f.p, durable=True,
+                             **extra)
+            if f.window_steps() > 1:
+                self._active.append((f, step))
+            f.fire(full)
+
+    def _ctx(self, point: str, step: int, ctx: dict) -> dict:
+        return {**self.context, "step": step, "rank": self.rank, "attempt": self.attempt,
+                "events": self.events, "point": point, **ctx}
+
+
+def _glob_escape(text: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)

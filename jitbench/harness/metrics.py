@@ -4,10 +4,13 @@ Every number here comes from the JSONL events; nothing is typed in. Times are
 differences of ``t_mono`` (CLOCK_MONOTONIC, s) when every event comes from one
 host, else of ``t_wall``.
 
-Per failure (one per injected fault; a fault's *attempt* is the attempt it
-fired in, recovery happens in the next one):
+Per failure (one per attempt in which a fault that fails the job fired, its
+first such fault; faults marked ``fails_job: false`` in their event, such as
+``slow``, ``corrupt`` or a non-fatal Xid, start no episode; a fault's
+*attempt* is the attempt it fired in, recovery happens in the next one):
 
-- ``detect_s``: fault -> first ``failure`` event of any rank.
+- ``detect_s``: fault -> first ``failure`` event of a survivor (a rank no
+  failing fault of the episode hit; any rank if there is none).
 - ``save_s``: JIT save begin -> end, the slowest rank's (MLPerf Storage
   convention); for strategies without a JIT save, the duration of the last
   periodic (or async: request -> commit) save before the fault (0 if none).
@@ -77,6 +80,9 @@ class FailureMetrics:
     lost_partial_s: float | None = None
     wasted_gpu_s: float | None = None
     skipped_parts: list = field(default_factory=list)
+    """``[part, reason]`` of newer parts the restore rejected (fell back past them)."""
+    fault_ranks: list = field(default_factory=list)
+    """Ranks hit by failing faults of the episode."""
 
 
 @dataclass
@@ -108,6 +114,11 @@ class RunMetrics:
     auto_interval: dict | None = None
     """``periodic:auto``: the first ``auto_interval`` event's choice (interval in
     steps, measured ``cost_s`` and ``step_s``, ``mtbf_s``, Young's interval in s)."""
+    slow_windows: list = field(default_factory=list)
+    """Per ``slow`` fault: ``{fault_id, rank, first_step, last_step, step_s}``, with
+    ``step_s`` the median step time (all ranks) of the slowed steps."""
+    normal_step_s: float | None = None
+    """Median step time (s) outside every slow window (None without slow faults)."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -134,7 +145,8 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int) -> RunMetrics
     completed = (len({e["rank"] for e in done if e["step"] == spec_steps}) == world_size)
 
     failures: list[FailureMetrics] = []
-    for fault in (e for e in evs if e["event"] == "fault"):
+    failing = [e for e in evs if e["event"] == "fault" and e.get("fails_job", True)]
+    for fault in failing:
         a = fault["attempt"]
         if failures and failures[-1].attempt == a:
             continue  # a second fault in the same attempt is part of the same episode
@@ -142,7 +154,9 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int) -> RunMetrics
         nxt = by_attempt.get(a + 1, [])
         tf = _t(fault, key)
         fm = FailureMetrics(fault["kind"], fault["rank"], fault["step"], a)
+        fm.fault_ranks = sorted({e["rank"] for e in failing if e["attempt"] == a})
         fails = [e for e in cur if e["event"] == "failure" and _t(e, key) >= tf]
+        fails = [e for e in fails if e["rank"] not in fm.fault_ranks] or fails
         if fails:
             first = min(fails, key=lambda e: _t(e, key))
             fm.detect_s, fm.trigger = _t(first, key) - tf, first["trigger"]
@@ -213,6 +227,7 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int) -> RunMetrics
     autos = [e for e in evs if e["event"] == "auto_interval" and e["rank"] == 0]
     auto = ({k: autos[0].get(k) for k in ("interval", "cost_s", "step_s", "mtbf_s",
                                           "young_interval_s", "step")} if autos else None)
+    windows, normal = _slow_windows(evs, step_end)
     return RunMetrics(
         completed=completed, steps=spec_steps, final_step=final_step, attempts=len(attempts),
         world_size=world_size, step_s=step_s, train_wall_s=train_wall,
@@ -223,7 +238,28 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int) -> RunMetrics
         max_replayed_steps_per_failure=max((f.replayed_steps or 0 for f in failures), default=0),
         loss_first=rank0[0].get("loss") if rank0 else None,
         loss_last=rank0[-1].get("loss") if rank0 else None, failures=failures,
-        auto_interval=auto)
+        auto_interval=auto, slow_windows=windows, normal_step_s=normal)
+
+
+def _slow_windows(evs: list[dict], step_end: list[dict]) -> tuple[list[dict], float | None]:
+    """Step times inside each ``slow`` fault's window (its attempt) and outside all."""
+    slow = [e for e in evs if e["event"] == "fault" and e.get("kind") == "slow"]
+    if not slow:
+        return [], None
+    inside: set[tuple[int, int]] = set()
+    out = []
+    for f in slow:
+        n = int((f.get("params") or {}).get("steps", 1))
+        first, last = f["step"], f["step"] + n - 1
+        durs = [e["dur_s"] for e in step_end if e["attempt"] == f["attempt"]
+                and first <= e["step"] <= last and "dur_s" in e]
+        inside.update((f["attempt"], s) for s in range(first, last + 1))
+        out.append({"fault_id": f.get("fault_id"), "rank": f["rank"], "first_step": first,
+                    "last_step": last, "delay_s": (f.get("params") or {}).get("delay_s"),
+                    "step_s": statistics.median(durs) if durs else None})
+    rest = [e["dur_s"] for e in step_end if (e["attempt"], e["step"]) not in inside
+            and "dur_s" in e]
+    return out, statistics.median(rest) if rest else None
 
 
 def _pairs(evs: list[dict], name: str, key: str, pred=lambda e: True) -> list[float]:
@@ -370,7 +406,7 @@ def event_order(run_dir: str | Path) -> list[str]:
     last_fault_attempt = None
     for e in evs:
         n, p = e["event"], e["phase"]
-        if n == "fault" and last_fault_attempt != e["attempt"]:
+        if n == "fault" and e.get("fails_job", True) and last_fault_attempt != e["attempt"]:
             out.append("fault")
             last_fault_attempt = e["attempt"]
         elif n == "failure" and out and out[-1] == "fault":

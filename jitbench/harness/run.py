@@ -174,6 +174,14 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
               "checkpoint_saves", "checkpoint_s", "checkpoint_stall_gpu_s", "wasted_gpu_s", "loss_first",
               "loss_last"):
         summary[k] = getattr(m, k)
+    summary["restore_skipped"] = [sp for f in fails for sp in f.skipped_parts]
+    summary["slow_windows"] = m.slow_windows
+    if m.slow_windows:
+        vals = [w["step_s"] for w in m.slow_windows if w["step_s"] is not None]
+        summary["slow_window_step_s"] = max(vals) if vals else None
+        summary["normal_step_s"] = m.normal_step_s
+    summary["fired"] = fired_faults(run_dir)
+    summary["end_reason"] = end_reason(spec, m, res)
     summary["state_equal"] = None
     summary["max_abs_diff"] = None
     summary["sample_stream_equal"] = None
@@ -247,6 +255,31 @@ def record_row(summary: dict) -> dict:
     row["auto_cost_s"] = auto.get("cost_s")
     row["auto_step_s"] = auto.get("step_s")
     return row
+
+
+def fired_faults(run_dir: Path) -> list[dict]:
+    """Every fault that fired, in time order: ``{id, kind, rank, step, attempt, point}``."""
+
+    return [{"id": e.get("fault_id"), "kind": e["kind"], "rank": e["rank"], "step": e["step"],
+             "attempt": e["attempt"], "point": e.get("point")}
+            for e in read_events(run_dir / "events") if e["event"] == "fault"]
+
+
+def end_reason(spec: RunSpec, m: metrics.RunMetrics, res: LaunchResult) -> str:
+    """Why the run ended, one line: ``completed``, or what stopped it."""
+    if m.completed:
+        return "completed"
+    if res.interrupted:
+        return "interrupted (Ctrl-C, SIGTERM or the launch timeout)"
+    last = m.failures[-1] if m.failures else None
+    what = (f"; last failure: {last.fault_kind} on rank {last.fault_rank} at step "
+            f"{last.fault_step}" + (f" ({last.trigger})" if last.trigger else "")
+            if last else "")
+    if res.returncode != 0 and m.attempts >= spec.max_restarts + 1:
+        return (f"restart budget exhausted: all {m.attempts} attempts failed "
+                f"(--max-restarts {spec.max_restarts}){what}")
+    return f"the elastic agent exited with status {res.returncode} after {m.attempts} " \
+           f"attempts{what}"
 
 
 def write_records(summary: dict, run_dir: Path) -> None:

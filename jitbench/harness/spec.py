@@ -173,11 +173,19 @@ class RunSpec:
                 raise SpecError(f"fault step {f.step} must be in 1..{self.workload.steps - 1} "
                                 f"(the run has {self.workload.steps} steps)")
             at = f.params.get("at")
-            if at is not None and not _valid_point(str(at), self.workload.grad_accum):
-                raise SpecError(f"fault {f.id}: injection point {at!r} is not step, collective "
-                                f"or micro:M with M in 0..{self.workload.grad_accum - 1}")
+            cls = FAULTS[f.kind]
+            if at is not None and cls.movable and not cls.point_ok(str(at),
+                                                                   self.workload.grad_accum):
+                more = "".join(f", {p}" for p in cls.extra_points)
+                raise SpecError(f"fault {f.id}: injection point {at!r} is not step, collective"
+                                f"{more} or micro:M with M in 0..{self.workload.grad_accum - 1}")
+            self._validate_fault(f)
         if self.faults and self.world_size < 2:
             raise SpecError("a fault needs at least 2 ranks (a survivor to save)")
+        ids = [f.id for f in self.faults]
+        dup = next((i for i in ids if ids.count(i) > 1), None)
+        if dup is not None:
+            raise SpecError(f"two faults have the id {dup!r}; give one an id or another step")
         if self.workload.name == "gpt":
             from jitbench.workloads.gpt import check_extra
 
@@ -185,6 +193,19 @@ class RunSpec:
                 check_extra(self.workload.extra)
             except ValueError as exc:
                 raise SpecError(str(exc)) from exc
+
+    def _validate_fault(self, f: FaultSpec) -> None:
+        """Parameters, trigger and fit to this run of one fault (see jitbench.faults)."""
+        cls = FAULTS[f.kind]
+        try:
+            cls.resolve(f.params)
+        except ValueError as exc:
+            raise SpecError(f"fault {f.id}: {exc}") from None
+        if f.time_s is not None and not f.time_s >= 0:
+            raise SpecError(f"fault {f.id}: time_s must be >= 0, got {f.time_s}")
+        why = cls.check_run(f, self)
+        if why:
+            raise SpecError(f"fault {f.id}: {why}")
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -216,10 +237,3 @@ class RunSpec:
         d["faults"] = []
         d["ckpt_dir"] = None
         return RunSpec.from_dict(d)
-
-
-def _valid_point(at: str, grad_accum: int) -> bool:
-    if at in ("step", "collective"):
-        return True
-    m = re.fullmatch(r"micro:(\d+)", at)
-    return bool(m) and int(m[1]) < grad_accum

@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from jitbench.faults import Injector, make_fault
+from jitbench.faults.attach import attach
 from jitbench.harness import overhead
 from jitbench.harness.launch import die_with_parent
 from jitbench.harness.spec import RunSpec
@@ -63,10 +63,10 @@ def _give_up(events: EventLog, code: int, where: str, exc: BaseException) -> int
     os._exit(code)
 
 
-def _store(attempt: int, timeout_s: float) -> dist.Store:
+def _store(attempt: int, timeout_s: float, client: bool = False) -> dist.Store:
     host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "False") == "True"
-    is_master = not agent_store and int(os.environ["RANK"]) == 0
+    is_master = not client and not agent_store and int(os.environ["RANK"]) == 0
     base = dist.TCPStore(host, port, is_master=is_master, timeout=timedelta(seconds=timeout_s),
                          wait_for_workers=False)
     return dist.PrefixStore(f"jitbench/attempt{attempt}", base)
@@ -110,17 +110,21 @@ def main(argv: list[str]) -> int:
     model = DDP(wl.model, device_ids=[local_rank] if spec.backend == "nccl" else None,
                 broadcast_buffers=False)
     has_buffers = any(b.numel() for b in wl.model.buffers())
-    injector = Injector([make_fault(f) for f in spec.faults], rank, attempt,
-                        run_dir / "faults_fired", events)
+    faults = attach(rt, spec.faults, rank=rank, attempt=attempt, world_size=world,
+                    device_index=local_rank, backend=spec.backend, seed=spec.workload.seed,
+                    run_dir=run_dir, ckpt_dir=rt.config.ckpt_dir, events=events,
+                    notice_store=_store(attempt, 10.0, client=True))
+    injector = faults.injector
     hook = reduce.ordered_allreduce_hook if spec.deterministic_reduce else reduce.allreduce_hook
+    op = "all_gather" if spec.deterministic_reduce else "all_reduce"
     first_bucket = {"step": -1}
 
     def comm_hook(state, bucket):
         step = injector.step
         if first_bucket["step"] != step:  # first bucket of this step's all-reduce
             first_bucket["step"] = step
-            injector.at("collective", step)
-        return hook(state, bucket)
+            injector.at("collective", step, numel=bucket.buffer().numel(), op=op)
+        return hook(state, bucket, timeout_s=faults.collective_timeouts.get(step))
 
     model.register_comm_hook(None, comm_hook)
     scaler = wl.scaler

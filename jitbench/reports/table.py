@@ -34,4 +34,11 @@ def summary_table(summary: dict) -> Table:
     for key, _ in SUMMARY_COLUMNS + (("max_abs_diff", ""), ("sample_stream_equal", ""),
                                      ("wasted_gpu_s", ""), ("attempts", ""), ("completed", "")):
         t.add_row(key, fmt(summary.get(key)))
+    if summary.get("slow_windows"):  # a straggler: its steps against the others
+        t.add_row("slow_window_step_s", fmt(summary.get("slow_window_step_s")))
+        t.add_row("normal_step_s", fmt(summary.get("normal_step_s")))
+    if summary.get("restore_skipped"):  # restore fell back past invalid parts
+        t.add_row("restore_skipped", ", ".join(p for p, _ in summary["restore_skipped"]))
+    if summary.get("end_reason") not in (None, "completed"):
+        t.add_row("end_reason", str(summary["end_reason"]))
     return t

@@ -20,6 +20,14 @@ is no multi-part commit to coordinate. (A sharded or per-rank format would
 need a commit marker written after every part is durable; this format has
 none because it needs none.)
 
+Fault injection: :func:`set_io_hook` installs a callable that the write and
+load paths of checkpoint parts call before each I/O step (``write`` of each
+chunk of :data:`CHUNK_BYTES`, ``fsync``, ``rename``, ``dirsync``, ``read``).
+It may raise :class:`OSError` (the write then fails exactly as a real one:
+:class:`CheckpointWriteError` carries the errno, nothing is left visible) or
+end the process (a torn write). jitbench's storage faults use it; without a
+hook the paths are unchanged.
+
 Loading validates before trusting: the manifest must parse, the file size and
 SHA-256 must match, and the file is read with ``torch.load(weights_only=True)``
 (PyTorch docs, "torch.load": only tensors, primitive types and dicts are
@@ -44,6 +52,7 @@ import io
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +63,22 @@ MANIFEST_VERSION = 2
 FORMAT = "jitbench-replicated"
 """Manifest ``format``: every part is a complete copy of the replicated state."""
 _PART_RE = re.compile(r"^(?P<kind>[a-z]+)_step(?P<step>\d{8})_rank(?P<rank>\d{5})\.json$")
+CHUNK_BYTES = 1 << 16
+"""Parts are written in chunks of this many bytes (one ``write`` hook call each)."""
+
+IoHook = Callable[[str, Path, int, int], None]
+"""``hook(op, path, done_bytes, total_bytes)``; ``op`` is ``write`` (before each
+chunk; ``done_bytes`` already in the file), ``fsync``, ``rename``, ``dirsync``
+(of a file of ``total_bytes``) or ``read`` (before loading a part)."""
+_io_hook: IoHook | None = None
+
+
+def set_io_hook(hook: IoHook | None) -> IoHook | None:
+    """Install the fault-injection hook of the part write/load paths (None: remove);
+    returns the previous one."""
+    global _io_hook
+    prev, _io_hook = _io_hook, hook
+    return prev
 
 
 class CheckpointError(RuntimeError):
@@ -105,14 +130,22 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_durable(path: Path, data: bytes) -> None:
+def _write_durable(path: Path, data: bytes, hook: IoHook | None = None) -> None:
     tmp = path.with_name(path.name + ".tmp")
+    at = hook or (lambda *_: None)
+    total = len(data)
     try:
         with open(tmp, "wb") as fh:
-            fh.write(data)
+            view = memoryview(data)
+            for off in range(0, max(total, 1), CHUNK_BYTES):
+                at("write", tmp, off, total)
+                fh.write(view[off:off + CHUNK_BYTES])
             fh.flush()
+            at("fsync", tmp, total, total)
             os.fsync(fh.fileno())
+        at("rename", path, total, total)
         os.replace(tmp, path)
+        at("dirsync", path, total, total)
         fsync_dir(path.parent)
     except OSError as exc:
         try:
@@ -121,6 +154,13 @@ def _write_durable(path: Path, data: bytes) -> None:
             pass
         raise CheckpointWriteError(
             f"writing {path.name} failed: {os.strerror(exc.errno or errno.EIO)}", exc.errno) from exc
+
+
+def _write_hooked(path: Path, data: bytes, hook: IoHook | None) -> None:
+    if hook is None:
+        _write_durable(path, data)
+    else:
+        _write_durable(path, data, hook)
 
 
 def tensor_layout(obj: Any, prefix: str = "") -> dict[str, list]:
@@ -165,7 +205,15 @@ def write_part(ckpt_dir: str | os.PathLike, kind: str, step: int, rank: int, wor
     torch.save(state, buf)
     data = buf.getbuffer().tobytes()
     path = d / f"{stem}.pt"
-    _write_durable(path, data)
+    hook = _io_hook
+    try:
+        _write_hooked(path, data, hook)
+    except CheckpointWriteError:
+        try:  # failed after the rename (dir fsync): drop the uncommitted file too
+            path.unlink()
+        except OSError:
+            pass
+        raise
     manifest = {
         "manifest_version": MANIFEST_VERSION, "format": FORMAT, "parts_needed": 1,
         "kind": kind, "step": step, "rank": rank, "world_size": world_size, "run_id": run_id,
@@ -174,7 +222,7 @@ def write_part(ckpt_dir: str | os.PathLike, kind: str, step: int, rank: int, wor
     }
     mpath = d / f"{stem}.json"
     try:
-        _write_durable(mpath, json.dumps(manifest, sort_keys=True).encode())
+        _write_hooked(mpath, json.dumps(manifest, sort_keys=True).encode(), hook)
     except CheckpointWriteError:
         try:
             path.unlink()
@@ -275,6 +323,8 @@ def load_part(part: Part, world_size: int | None = None,
         CheckpointMismatch: see :func:`validate_part`.
     """
     manifest = validate_part(part, world_size, run_id)
+    if _io_hook is not None:
+        _io_hook("read", part.path, 0, int(manifest.get("bytes", 0)))
     if part.path.suffix == ".dcp":
         from jitbench.runtime import async_ckpt
 

@@ -46,8 +46,10 @@ exits the process with :data:`EXIT_FAILURE_SAVED` or :data:`EXIT_FAILURE`):
   ``PContext.close``): the signal is forwarded through
   :func:`signal.set_wakeup_fd` to the watchdog thread, which saves even while
   the main thread is blocked in C++;
-- a peer's notice through :meth:`Runtime.notify` callbacks (e.g. a fatal Xid
-  reported by a health probe), so survivors save at once.
+- a check added with :meth:`Runtime.add_check` (a health probe saw a fatal
+  Xid) or a peer's notice (:class:`~jitbench.runtime.notice.PeerNotices`,
+  installed with :meth:`Runtime.set_notices`: a peer left because of a fatal
+  Xid or a failed checkpoint write), so survivors save at once.
 
 On gloo a blocked all-reduce cannot be aborted from the side (DESIGN.md,
 "Known traps"), so the saving thread ends the process itself with
@@ -285,8 +287,9 @@ class Runtime:
         self._async = None  # AsyncCheckpointer, created on rank 0 at the first async save
         self._auto_probe_at = config.auto_probe_step
         self._stop = threading.Event()
-        self._checks: list[Callable[[], str | None]] = []
+        self._checks: list[Callable[[], str | dict | None]] = []
         self._prev_signals: tuple | None = None
+        self._notices: Any = None
         self._install_signals()
         self._watchdog = threading.Thread(target=self._watch, name="jitbench-watchdog",
                                           daemon=True)
@@ -326,10 +329,20 @@ class Runtime:
         optimizer.register_step_pre_hook(self._on_optimizer_step)
         self._snapshot = self._take_snapshot()
 
-    def add_check(self, check: Callable[[], str | None]) -> None:
+    def add_check(self, check: Callable[[], str | dict | None]) -> None:
         """Add a callable polled by the watchdog every tick; a returned string is
-        a failure reason (e.g. a health probe saw a fatal Xid, a peer posted a notice)."""
+        a failure reason (e.g. a health probe saw a fatal Xid, a peer posted a notice).
+        A returned dict is a failure too: ``trigger`` (default ``notice``), ``save``
+        (default True: write a JIT part), ``notify`` (default False: tell the peers),
+        the rest goes into the ``failure`` event."""
         self._checks.append(check)
+
+    def set_notices(self, notices: Any) -> None:
+        """Use ``notices`` (:class:`~jitbench.runtime.notice.PeerNotices`): poll it every
+        tick, and post to it on failures raised with ``notify`` (a fatal Xid, a
+        failed periodic write), so the peers leave at once with the reason."""
+        self._notices = notices
+        self.add_check(notices.check)
 
     def _install_signals(self) -> None:
         r, w = os.pipe()
@@ -560,7 +573,8 @@ class Runtime:
                     self._write("periodic", step, snap)
                     ckpt.prune(self.config.ckpt_dir, self.config.keep_steps)
                 except ckpt.CheckpointWriteError as exc:
-                    self._fail("storage_error", error=str(exc), save=False)
+                    self._fail("storage_error", error=str(exc), save=False, notify=True,
+                               errno=exc.errno)
             if torch.distributed.is_available() and torch.distributed.is_initialized():
                 torch.distributed.barrier()
         except BaseException as exc:  # noqa: BLE001
@@ -753,6 +767,10 @@ class Runtime:
             self._fail("collective_error", error=f"{type(exc).__name__}: {exc}"[:500], save=False)
         self._phase = "done"
         self._stop.set()
+        # let the watchdog finish its tick: a check may be inside a C++ call (a store
+        # client's round trip) that must not outlive the objects torn down at exit
+        if threading.current_thread() is not self._watchdog:
+            self._watchdog.join(timeout=15.0)
         self.events.emit("done", step=self._completed, durable=True)
 
     def close(self) -> None:
@@ -811,12 +829,17 @@ class Runtime:
                     self._fail("hang", waited_s=waited, bound_s=bound, phase=phase)
             for check in self._checks:
                 reason = check()
-                if reason:
+                if isinstance(reason, dict):
+                    info = dict(reason)
+                    self._fail(info.pop("trigger", "notice"), save=info.pop("save", True),
+                               **info)
+                elif reason:
                     self._fail("notice", reason=reason)
 
-    def _fail(self, trigger: str, save: bool = True, **info: Any) -> None:
-        """Declare a failure: save a JIT checkpoint once (if the strategy is
-        ``jit`` and the state is consistent), then end the process."""
+    def _fail(self, trigger: str, save: bool = True, notify: bool = False, **info: Any) -> None:
+        """Declare a failure: tell the peers (``notify``, with notices set), save a
+        JIT checkpoint once (if the strategy is ``jit`` and the state is
+        consistent), then end the process."""
         with self._fail_lock:
             first = not self._failing
             self._failing = True
@@ -828,7 +851,13 @@ class Runtime:
         code = EXIT_FAILURE
         try:
             self.events.emit("failure", trigger=trigger, in_phase=phase, step=self._step,
-                             completed=self._completed, durable=True, **info)
+                             completed=self._completed, hang_bound_s=self.hang_bound_s(),
+                             durable=True, **info)
+            if notify and self._notices is not None:
+                reason = str(info.get("reason") or info.get("error") or trigger)
+                acks = self._notices.post(trigger, reason)
+                self.events.emit("notice", "point", trigger=trigger, reason=reason, acks=acks,
+                                 durable=True)
             if (save and self.config.strategy == "jit" and self.reg.model is not None
                     and phase != "init"):  # before restore() ends there is nothing new to save
                 code = self._save_jit(phase)

@@ -17,20 +17,25 @@ DDP comm hooks: PyTorch docs, "DDP Communication Hooks"
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch._C import _distributed_c10d as _c10d
 
 BucketHook = Callable[[object, "dist.GradBucket"], torch.futures.Future]
 
 
 def ordered_allreduce_hook(process_group: dist.ProcessGroup | None,
-                           bucket: dist.GradBucket) -> torch.futures.Future:
+                           bucket: dist.GradBucket,
+                           timeout_s: float | None = None) -> torch.futures.Future:
     """DDP comm hook: average a gradient bucket, summing ranks in rank order.
 
     Args:
         process_group: the group to reduce over (None: the default group).
         bucket: the flattened gradient bucket, shape ``(n,)``.
+        timeout_s: per-operation timeout of this collective (s); None: the
+            process group's. The collective then fails with a timeout error.
 
     Returns:
         A future holding the averaged bucket, shape ``(n,)``, same dtype.
@@ -39,7 +44,13 @@ def ordered_allreduce_hook(process_group: dist.ProcessGroup | None,
     world = dist.get_world_size(group)
     buf = bucket.buffer()
     gathered = [torch.empty_like(buf) for _ in range(world)]
-    fut = dist.all_gather(gathered, buf, group=group, async_op=True).get_future()
+    if timeout_s is None:
+        work = dist.all_gather(gathered, buf, group=group, async_op=True)
+    else:
+        opts = _c10d.AllgatherOptions()  # not re-exported by torch.distributed (2.14)
+        opts.timeout = timedelta(seconds=timeout_s)
+        work = group.allgather([gathered], [buf], opts)
+    fut = work.get_future()
 
     def _sum(f: torch.futures.Future) -> torch.Tensor:
         f.value()  # re-raises the collective's error (a dead peer); never sum stale buffers
@@ -52,16 +63,24 @@ def ordered_allreduce_hook(process_group: dist.ProcessGroup | None,
 
 
 def allreduce_hook(process_group: dist.ProcessGroup | None,
-                   bucket: dist.GradBucket) -> torch.futures.Future:
+                   bucket: dist.GradBucket,
+                   timeout_s: float | None = None) -> torch.futures.Future:
     """DDP comm hook equal to DDP's default: ``all_reduce(bucket / world)``.
 
     Args:
         process_group: the group to reduce over (None: the default group).
         bucket: the flattened gradient bucket, shape ``(n,)``.
+        timeout_s: per-operation timeout of this collective (s); None: the group's.
     """
     group = process_group if process_group is not None else dist.group.WORLD
     buf = bucket.buffer().div_(dist.get_world_size(group))
-    fut = dist.all_reduce(buf, group=group, async_op=True).get_future()
+    if timeout_s is None:
+        work = dist.all_reduce(buf, group=group, async_op=True)
+    else:
+        opts = dist.AllreduceOptions()
+        opts.timeout = timedelta(seconds=timeout_s)
+        work = group.allreduce([buf], opts)
+    fut = work.get_future()
     return fut.then(lambda f: f.value()[0])
 
 

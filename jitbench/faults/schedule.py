@@ -1,0 +1,375 @@
+"""Fault schedules: at a step, at a time, every N steps, Poisson arrivals, scenario files.
+
+Every schedule is expanded *before* the run into a concrete list of
+:class:`~jitbench.faults.base.FaultSpec` (written to ``spec.json``), so a run
+is reproducible from its spec, and random schedules are a pure function of
+``--seed``: the same seed gives the same faults at the same steps/times.
+
+Triggers
+--------
+- at a step: ``step = k`` (the fault fires at step k; see the injection points
+  in :mod:`jitbench.faults.base`);
+- at a time: ``time_s = t``: once t seconds of wall time have passed since
+  training started (the first step of attempt 0; downtime of restarts counts,
+  as it does for a real MTBF); the step it lands on depends on the machine's
+  speed, so it is recorded in the ``fault`` event, not fixed in advance;
+- every N steps: ``every_steps = N`` from ``step`` (default N), at most
+  ``count`` times, up to the last step but one;
+- Poisson arrivals (:func:`poisson`): inter-arrival times drawn from an
+  exponential distribution with mean ``mtbf_steps`` (in optimizer steps: a
+  fault at step ``ceil(t)``; arrivals that land on an already-used step merge
+  into it, so at most one arrival per step) or ``mtbf_s`` (in seconds since
+  training start: ``time_s`` triggers; then ``horizon_s`` or ``max_faults``
+  bounds the expansion). Kind and rank of each arrival are drawn uniformly
+  from ``kinds`` and ``ranks``. The random stream is
+  ``random.Random(f"{seed}/poisson/{index}")`` (Python's Mersenne Twister,
+  seeded from the string through SHA-512: stable across runs and platforms).
+
+Scenario files (TOML, read with :mod:`tomllib`)
+-----------------------------------------------
+::
+
+    description = "two crashes and a straggler"     # optional
+
+    [[fault]]
+    kind = "slow"          # required: a name from `jitbench faults`
+    rank = 0               # default 1
+    step = 2               # trigger: step (default 1), or time_s, or every_steps
+    delay_s = 0.3          # kind-specific parameters (see `jitbench faults`)
+    steps = 3
+
+    [[fault]]
+    kind = "kill"
+    rank = 1
+    every_steps = 4        # steps 4, 8, ... (from `step`, default every_steps)
+    count = 2              # at most this many
+    every_attempt = false  # true: fire in every attempt (a rank that always fails)
+    at = "collective"      # injection point: step, collective, micro:M (process
+                           # faults also write, restore; storage faults: none)
+    id = "k1"              # optional stable id (default <kind>@<rank>:<step>)
+
+    [[poisson]]
+    kinds = ["kill", "exception"]   # required
+    mtbf_steps = 8.0       # or mtbf_s (then horizon_s or max_faults)
+    ranks = [0, 1]         # default: every rank
+    start_step = 1         # default 1
+    max_faults = 3         # optional
+
+Validation is strict: an unknown key, a wrong type or an impossible value
+(a rank outside the world, a step outside the run, two triggers at once,
+a parameter out of range) raises :class:`ScheduleError` whose message is one
+line naming the file, the entry and the key (``jitbench run`` prints it and
+exits 2).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from jitbench.faults import FAULTS
+from jitbench.faults.base import FaultSpec
+
+TOP_KEYS = ("description", "fault", "poisson")
+FAULT_KEYS = ("kind", "rank", "step", "time_s", "every_steps", "count", "every_attempt", "id")
+POISSON_KEYS = ("kinds", "ranks", "mtbf_steps", "mtbf_s", "horizon_s", "start_step",
+                "max_faults")
+
+
+class ScheduleError(ValueError):
+    """A schedule or scenario file is invalid; the message is one line."""
+
+
+def _typed(where: str, key: str, value: Any, kind: type, low: float | None = None) -> Any:
+    ok = (isinstance(value, bool) if kind is bool else
+          isinstance(value, int) and not isinstance(value, bool) if kind is int else
+          isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else
+          isinstance(value, kind))
+    if not ok:
+        raise ScheduleError(f"{where}: {key} must be {kind.__name__}, got "
+                            f"{type(value).__name__} {value!r}")
+    if kind is float:
+        value = float(value)
+        if not math.isfinite(value):
+            raise ScheduleError(f"{where}: {key} must be finite, got {value}")
+    if low is not None and value < low:
+        raise ScheduleError(f"{where}: {key} must be >= {low:g}, got {value!r}")
+    return value
+
+
+def _check_rank(where: str, rank: int, nproc: int) -> None:
+    if not 0 <= rank < nproc:
+        raise ScheduleError(f"{where}: rank {rank} is outside the world of {nproc} ranks "
+                            f"(0..{nproc - 1})")
+
+
+def _check_step(where: str, key: str, step: int, steps: int) -> None:
+    if not 1 <= step < steps:
+        raise ScheduleError(f"{where}: {key} {step} must be in 1..{steps - 1} "
+                            f"(the run has {steps} steps)")
+
+
+def _params(where: str, kind: str, params: dict) -> dict:
+    try:
+        FAULTS[kind].resolve(params)
+    except ValueError as exc:
+        raise ScheduleError(f"{where}: {exc}") from None
+    return params
+
+
+def every(kind: str, rank: int, every_steps: int, steps: int, start: int | None = None,
+          count: int | None = None, every_attempt: bool = False,
+          params: dict | None = None, id_prefix: str = "") -> list[FaultSpec]:
+    """One fault every ``every_steps`` steps from ``start`` (default ``every_steps``),
+    at most ``count`` times, up to step ``steps - 1``."""
+    first = every_steps if start is None else start
+    out = []
+    for step in range(first, steps, every_steps):
+        if count is not None and len(out) >= count:
+            break
+        fid = f"{id_prefix}{kind}@{rank}:{step}" if id_prefix else ""
+        out.append(FaultSpec(kind, rank, step, every_attempt, dict(params or {}), fid))
+    return out
+
+
+def poisson(kinds: list[str], ranks: list[int], steps: int, seed: int, *,
+            mtbf_steps: float | None = None, mtbf_s: float | None = None,
+            horizon_s: float | None = None, start_step: int = 1,
+            max_faults: int | None = None, index: int = 0) -> list[FaultSpec]:
+    """Poisson fault arrivals (see the module docstring); deterministic in ``seed``.
+
+    Raises:
+        ScheduleError: neither or both MTBFs, a non-positive MTBF, or ``mtbf_s``
+            without ``horizon_s``/``max_faults``.
+    """
+    if (mtbf_steps is None) == (mtbf_s is None):
+        raise ScheduleError("poisson: give exactly one of mtbf_steps and mtbf_s")
+    mtbf = mtbf_steps if mtbf_steps is not None else mtbf_s
+    if not mtbf or mtbf <= 0:
+        raise ScheduleError(f"poisson: the MTBF must be > 0, got {mtbf}")
+    if mtbf_s is not None and horizon_s is None and max_faults is None:
+        raise ScheduleError("poisson: mtbf_s needs horizon_s or max_faults (the run's "
+                            "length in seconds is not known in advance)")
+    if not kinds or not ranks:
+        raise ScheduleError("poisson: kinds and ranks must not be empty")
+    rng = random.Random(f"{seed}/poisson/{index}")
+    out: list[FaultSpec] = []
+    t = float(start_step - 1) if mtbf_steps is not None else 0.0
+    used: set[int] = set()
+    while max_faults is None or len(out) < max_faults:
+        t += rng.expovariate(1.0 / mtbf)
+        kind, rank = rng.choice(kinds), rng.choice(ranks)
+        if mtbf_steps is not None:
+            step = max(start_step, math.ceil(t))
+            if step >= steps:
+                break
+            if step in used:
+                continue
+            used.add(step)
+            out.append(FaultSpec(kind, rank, step))
+        else:
+            if horizon_s is not None and t >= horizon_s:
+                break
+            out.append(FaultSpec(kind, rank, start_step, time_s=round(t, 6)))
+    return out
+
+
+def load_scenario(path: str | Path, nproc: int, steps: int, seed: int) -> list[FaultSpec]:
+    """Read and expand a TOML scenario file (format in the module docstring).
+
+    Raises:
+        ScheduleError: unreadable file, invalid TOML, or any invalid entry (one line).
+    """
+    p = Path(path)
+    try:
+        doc = tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ScheduleError(f"scenario {p}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ScheduleError(f"scenario {p}: not a UTF-8 text file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ScheduleError(f"scenario {p}: not valid TOML ({exc})") from None
+    return expand_scenario(doc, nproc, steps, seed, name=str(p))
+
+
+def expand_scenario(doc: dict, nproc: int, steps: int, seed: int,
+                    name: str = "scenario") -> list[FaultSpec]:
+    """Expand a parsed scenario document into concrete faults (see :func:`load_scenario`)."""
+    unknown = sorted(set(doc) - set(TOP_KEYS))
+    if unknown:
+        raise ScheduleError(f"{name}: unknown key {unknown[0]!r} (allowed: "
+                            f"{', '.join(TOP_KEYS)})")
+    if "description" in doc:
+        _typed(name, "description", doc["description"], str)
+    for key in ("fault", "poisson"):
+        if key in doc and not (isinstance(doc[key], list)
+                               and all(isinstance(e, dict) for e in doc[key])):
+            raise ScheduleError(f"{name}: {key} must be an array of tables ([[{key}]])")
+    if not doc.get("fault") and not doc.get("poisson"):
+        raise ScheduleError(f"{name}: no faults ([[fault]] or [[poisson]] tables)")
+    out: list[FaultSpec] = []
+    for i, entry in enumerate(doc.get("fault", []), 1):
+        out.extend(_fault_entry(f"{name}: fault #{i}", entry, nproc, steps))
+    for i, entry in enumerate(doc.get("poisson", []), 1):
+        out.extend(_poisson_entry(f"{name}: poisson #{i}", entry, nproc, steps, seed, i - 1))
+    check_unique(out, name)
+    return out
+
+
+def _fault_entry(where: str, e: dict, nproc: int, steps: int) -> list[FaultSpec]:
+    if "kind" not in e:
+        raise ScheduleError(f"{where}: kind is required (one of {', '.join(sorted(FAULTS))})")
+    kind = _typed(where, "kind", e["kind"], str)
+    if kind not in FAULTS:
+        raise ScheduleError(f"{where}: unknown fault {kind!r}; one of "
+                            f"{', '.join(sorted(FAULTS))}")
+    where = f"{where} ({kind})"
+    cls = FAULTS[kind]
+    allowed = set(FAULT_KEYS) | set(cls.all_params())
+    unknown = sorted(set(e) - allowed)
+    if unknown:
+        raise ScheduleError(f"{where}: unknown key {unknown[0]!r} (allowed: "
+                            f"{', '.join(sorted(allowed))})")
+    rank = _typed(where, "rank", e.get("rank", 1), int)
+    _check_rank(where, rank, nproc)
+    every_attempt = _typed(where, "every_attempt", e.get("every_attempt", False), bool)
+    params = _params(where, kind, {k: v for k, v in e.items() if k not in FAULT_KEYS})
+    fid = _typed(where, "id", e["id"], str) if "id" in e else ""
+    triggers = [k for k in ("time_s", "every_steps") if k in e]
+    if len(triggers) > 1:
+        raise ScheduleError(f"{where}: give one trigger, not both {triggers[0]} and "
+                            f"{triggers[1]}")
+    if "count" in e and "every_steps" not in e:
+        raise ScheduleError(f"{where}: count needs every_steps")
+    if "every_steps" in e:
+        n = _typed(where, "every_steps", e["every_steps"], int, low=1)
+        start = _typed(where, "step", e.get("step", n), int)
+        _check_step(where, "step", start, steps)
+        count = _typed(where, "count", e["count"], int, low=1) if "count" in e else None
+        if fid:
+            raise ScheduleError(f"{where}: id cannot be given with every_steps (each "
+                                "repetition gets its own)")
+        return every(kind, rank, n, steps, start, count, every_attempt, params)
+    step = _typed(where, "step", e.get("step", 1), int)
+    _check_step(where, "step", step, steps)
+    time_s = _typed(where, "time_s", e["time_s"], float, low=0.0) if "time_s" in e else None
+    return [FaultSpec(kind, rank, step, every_attempt, params, fid, time_s)]
+
+
+def _poisson_entry(where: str, e: dict, nproc: int, steps: int, seed: int,
+                   index: int) -> list[FaultSpec]:
+    unknown = sorted(set(e) - set(POISSON_KEYS))
+    if unknown:
+        raise ScheduleError(f"{where}: unknown key {unknown[0]!r} (allowed: "
+                            f"{', '.join(POISSON_KEYS)})")
+    if "kinds" not in e:
+        raise ScheduleError(f"{where}: kinds is required (a list of fault names)")
+    kinds = e["kinds"]
+    if not isinstance(kinds, list) or not kinds or not all(isinstance(k, str) for k in kinds):
+        raise ScheduleError(f"{where}: kinds must be a non-empty list of fault names")
+    for k in kinds:
+        if k not in FAULTS:
+            raise ScheduleError(f"{where}: unknown fault {k!r}; one of "
+                                f"{', '.join(sorted(FAULTS))}")
+    ranks = e.get("ranks", list(range(nproc)))
+    if not isinstance(ranks, list) or not ranks:
+        raise ScheduleError(f"{where}: ranks must be a non-empty list of ranks")
+    for r in ranks:
+        _typed(where, "ranks", r, int)
+        _check_rank(where, r, nproc)
+    kw: dict[str, Any] = {}
+    for key in ("mtbf_steps", "mtbf_s", "horizon_s"):
+        if key in e:
+            kw[key] = _typed(where, key, e[key], float)
+            if kw[key] <= 0:
+                raise ScheduleError(f"{where}: {key} must be > 0, got {e[key]!r}")
+    if "start_step" in e:
+        kw["start_step"] = _typed(where, "start_step", e["start_step"], int)
+        _check_step(where, "start_step", kw["start_step"], steps)
+    if "max_faults" in e:
+        kw["max_faults"] = _typed(where, "max_faults", e["max_faults"], int, low=1)
+    try:
+        return poisson(kinds, ranks, steps, seed, index=index, **kw)
+    except ScheduleError as exc:
+        raise ScheduleError(f"{where}: {str(exc).removeprefix('poisson: ')}") from None
+
+
+def check_unique(faults: list[FaultSpec], where: str = "fault plan") -> None:
+    """Raises ScheduleError when two faults share an id (they would share a marker)."""
+    seen: set[str] = set()
+    for f in faults:
+        if f.id in seen:
+            raise ScheduleError(f"{where}: two faults have the id {f.id!r}; give one an id "
+                                "or another step")
+        seen.add(f.id)
+
+
+def plan_from_options(kind: str | None, rank: int, step: int | None, steps: int, nproc: int,
+                      seed: int, *, time_s: float | None = None,
+                      every_steps: int | None = None, count: int | None = None,
+                      mtbf_steps: float | None = None, mtbf_s: float | None = None,
+                      every_attempt: bool = False, params: dict[str, str] | None = None,
+                      scenario: str | Path | None = None) -> list[FaultSpec]:
+    """The fault plan of ``jitbench run``'s options.
+
+    ``kind`` None: ``nccl-hang`` unless a scenario is given; ``none``: no
+    fault. ``params`` are ``--fault-param`` strings, parsed by the fault's
+    parameter types. ``step`` None: a third of the way in.
+
+    Raises:
+        ScheduleError: conflicting or invalid options (one line).
+    """
+    out: list[FaultSpec] = []
+    if scenario is not None:
+        out.extend(load_scenario(scenario, nproc, steps, seed))
+    if kind is None:
+        kind = "none" if scenario is not None else "nccl-hang"
+    triggers = [n for n, v in (("--fault-time-s", time_s), ("--fault-every", every_steps),
+                               ("--mtbf-steps", mtbf_steps), ("--mtbf-s", mtbf_s))
+                if v is not None]
+    if kind == "none":
+        if triggers or params:
+            raise ScheduleError(f"{(triggers or ['--fault-param'])[0]} needs a --fault")
+        check_unique(out)
+        return out
+    if kind not in FAULTS:
+        raise ScheduleError(f"unknown fault {kind!r}; one of none, {', '.join(sorted(FAULTS))}")
+    if len(triggers) > 1:
+        raise ScheduleError(f"give one trigger, not both {triggers[0]} and {triggers[1]}")
+    cls = FAULTS[kind]
+    parsed: dict[str, Any] = {}
+    known = cls.all_params()
+    for name, text in (params or {}).items():
+        if name not in known:
+            raise ScheduleError(f"{kind}: unknown parameter {name!r} (allowed: "
+                                f"{', '.join(sorted(known)) or 'none'})")
+        try:
+            parsed[name] = known[name].parse(name, text) if isinstance(text, str) else text
+        except ValueError as exc:
+            raise ScheduleError(f"{kind}: {exc}") from None
+    try:
+        cls.resolve(parsed)
+    except ValueError as exc:
+        raise ScheduleError(str(exc)) from None
+    if count is not None and every_steps is None:
+        raise ScheduleError("--fault-count needs --fault-every")
+    if mtbf_steps is not None or mtbf_s is not None:
+        faults = poisson([kind], [rank], steps, seed, mtbf_steps=mtbf_steps, mtbf_s=mtbf_s,
+                         horizon_s=None, start_step=1 if step is None else step,
+                         max_faults=count if count is not None else
+                         (None if mtbf_steps is not None else 10))
+        for f in faults:
+            f.params, f.every_attempt = dict(parsed), every_attempt
+    elif every_steps is not None:
+        if every_steps < 1:
+            raise ScheduleError(f"--fault-every must be >= 1, got {every_steps}")
+        faults = every(kind, rank, every_steps, steps, step, count, every_attempt, parsed)
+    else:
+        s = step if step is not None else max(1, min(steps - 1, steps // 3))
+        faults = [FaultSpec(kind, rank, s, every_attempt, parsed, time_s=time_s)]
+    out.extend(faults)
+    check_unique(out)
+    return out
