@@ -18,6 +18,7 @@ call the harness. Exit statuses (also in README.md):
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -204,6 +205,8 @@ def run(
                    ckpt_dir=str(ckpt_dir.resolve()) if ckpt_dir is not None else None,
                    mtbf_s=parse_duration_s(mtbf))
     spec.validate()
+    if timeout_s is not None and not timeout_s > 0:
+        raise InputError(f"--timeout-s must be > 0, got {timeout_s:g}")
     _check_size(workload, size)
     _check_data(workload, data, wl, spec.world_size)
     from jitbench.harness.run import check_ckpt_dir
@@ -212,7 +215,8 @@ def run(
     if run_dir is None:
         label = (scenario.stem if scenario is not None and fault is None
                  else fault or "nccl-hang")
-        run_dir = Path("runs") / time.strftime(f"%Y%m%d-%H%M%S-{workload}-{label}")
+        stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{int(time.time() * 1000) % 1000:03d}"
+        run_dir = Path("runs") / f"{stamp}-{workload}-{label}-{os.getpid()}"
     from jitbench.harness.run import prepare_dir
     from jitbench.harness.run import run as run_spec
 

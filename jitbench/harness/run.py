@@ -76,6 +76,10 @@ def prepare_dir(run_dir: Path, overwrite: bool = False, spec: RunSpec | None = N
             if not overwrite:
                 raise RunDirError(f"run directory {run_dir} exists and is not empty; "
                                   "pass another --run-dir or --overwrite")
+            if not (run_dir / "spec.json").is_file():
+                # --overwrite replaces an earlier run, never an arbitrary directory
+                raise RunDirError(f"run directory {run_dir} is not a jitbench run directory "
+                                  "(no spec.json); --overwrite only replaces runs")
             import shutil
 
             shutil.rmtree(run_dir)

@@ -161,6 +161,10 @@ class RunSpec:
             raise SpecError(f"--steps must be >= 1, got {self.workload.steps}")
         if self.workload.batch_size < 1 or self.workload.grad_accum < 1:
             raise SpecError("batch size and gradient accumulation must be >= 1")
+        for name in ("hang_floor_s", "hang_factor", "hang_first_s", "pg_timeout_s"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise SpecError(f"--{name.replace('_', '-')} must be > 0, got {value}")
         if self.max_restarts < 0:
             raise SpecError(f"--max-restarts must be >= 0, got {self.max_restarts}")
         for f in self.faults:

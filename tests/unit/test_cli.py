@@ -98,3 +98,20 @@ def test_model_command_prints_json_table(tmp_path):
 def test_model_command_bad_gpus():
     p = _cli("model", "--gpus", "8,x")
     assert p.returncode == 2 and "--gpus" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_overwrite_never_deletes_a_directory_that_is_not_a_run(tmp_path):
+    d = tmp_path / "precious"
+    (d / "sub").mkdir(parents=True)
+    (d / "sub" / "keep").write_text("x")
+    p = _cli("run", "--run-dir", str(d), "--overwrite", cwd=tmp_path)
+    assert p.returncode == 2 and "not a jitbench run directory" in p.stderr
+    assert (d / "sub" / "keep").read_text() == "x"
+
+
+@pytest.mark.parametrize("flag, value", [("--hang-factor", "0"), ("--hang-floor-s", "-1"),
+                                         ("--hang-first-s", "0"), ("--timeout-s", "-5")])
+def test_non_positive_durations_are_bad_input(flag, value, tmp_path):
+    p = _cli("run", flag, value, "--run-dir", str(tmp_path / "r"), cwd=tmp_path)
+    assert p.returncode == 2 and flag in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "r").exists()
