@@ -10,7 +10,8 @@ of the same spec. The invariants (issue 5, "Nothing lost"):
   reference's (``max_abs_diff == 0``);
 - ``stream``: per rank, the executed sample ids, micro-batch indices and
   start-of-step RNG digests are the reference's, except one replayed
-  minibatch per failure (``periodic:N``: at most N; ``none``: all);
+  minibatch per failure (``periodic:N``: at most N; ``none``: all), with no
+  step skipped unless a peer completed it (:func:`metrics.stream_violations`);
 - ``replay``: JIT replays at most one step per failure and restores a JIT part;
 - ``faults``: every planned fault fired exactly once and caused exactly one
   restart; the milestones of each recovery come in order (fault, failure,
@@ -43,8 +44,10 @@ from jitbench.harness.launch import run_processes
 from jitbench.harness.spec import RunSpec, Strategy
 from jitbench.runtime.events import read_events
 
-CAMPAIGN_KINDS: tuple[str, ...] = ("kill", "nccl-hang")
-"""Fault kinds drawn by default: recoverable, one failure each, no parameters."""
+CAMPAIGN_KINDS: tuple[str, ...] = ("kill", "nccl-hang", "term", "segfault", "exception", "exit")
+"""Fault kinds drawn by default: each makes one failure of the job that JIT recovers
+from with at most one replayed minibatch, needs no parameters, and may fire at the
+gradient collective or before any micro-batch."""
 
 
 def campaign_kinds() -> tuple[str, ...]:

@@ -303,9 +303,14 @@ def stream_violations(run_dir: str | Path, reference_dir: str | Path, steps: int
 
     Per rank, the executed steps in time order must be the reference's steps
     1..``steps`` with, at each restart, a rewind of at most ``max_replay``
-    steps (the replayed minibatches) and never a skip; every execution of a
-    step must consume the reference's sample ids and micro-batch indices and
-    start from the reference's RNG state (``rng`` digest, when recorded).
+    steps (the replayed minibatches) and no skip, except over steps that a
+    peer completed before the restart (a peer finishing step s proves that
+    every rank's gradient of step s arrived, so this rank consumed its
+    minibatch even though it died before logging the step's end, e.g. a rank
+    SIGTERMed inside the collective that saves while the peer steps on).
+    Every execution of a step must consume the reference's sample ids and
+    micro-batch indices and start from the reference's RNG state (``rng``
+    digest, when recorded).
 
     Returns:
         One line per violation (empty: the stream is the reference's except at
@@ -318,6 +323,10 @@ def stream_violations(run_dir: str | Path, reference_dir: str | Path, steps: int
         return ["reference recorded no steps"]
     if sorted(run) != sorted(ref):
         out.append(f"ranks {sorted(run)} recorded steps, reference ranks {sorted(ref)}")
+    done_by: dict[int, set[int]] = defaultdict(set)  # attempt -> steps any rank completed
+    for evs in run.values():
+        for e in evs:
+            done_by[e["attempt"]].add(e["step"])
     for rank, evs in sorted(run.items()):
         done = 0  # highest step completed so far on this rank
         prev = None
@@ -336,12 +345,15 @@ def stream_violations(run_dir: str | Path, reference_dir: str | Path, steps: int
             if prev is None and s != 1:
                 out.append(f"rank {rank}: first executed step is {s}, not 1")
             if prev is not None and e["attempt"] != prev["attempt"]:
-                if s > done + 1:
+                by_peers = set().union(*(done_by[a] for a in done_by if a < e["attempt"]))
+                skipped = set(range(done + 1, s))
+                if not skipped <= by_peers:
                     out.append(f"rank {rank}: attempt {e['attempt']} starts at step {s}, "
-                               f"skipping from {done}")
+                               f"skipping {sorted(skipped - by_peers)} that no rank completed")
                 elif done - (s - 1) > max_replay:
                     out.append(f"rank {rank}: attempt {e['attempt']} replays {done - (s - 1)} "
                                f"steps (allowed {max_replay})")
+                done = max(done, s - 1)
             done = max(done, s)
             prev = e
         if done != steps:

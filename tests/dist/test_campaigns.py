@@ -74,7 +74,7 @@ def run_campaign(c: campaign.Campaign, base, shared_reference, root) -> dict:
 
 CI_STEPS = 12
 CI_EXAMPLES = 2
-"""Derandomized: kill@rank0:step1, then hangs on both ranks at steps 4 and 9."""
+"""Derandomized: kill@rank0:step1, then segfaults on both ranks at steps 4 and 9."""
 
 
 @pytest.mark.timeout(900)

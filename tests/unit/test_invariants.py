@@ -1,0 +1,93 @@
+"""The campaign invariants on synthetic event logs: each check passes the
+allowed difference (one replayed minibatch per failure, a step a peer
+completed) and catches what it exists to catch."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from jitbench.harness import campaign, metrics
+from jitbench.runtime.events import EventLog, events_path
+
+STEPS = 6
+
+
+def _ids(rank: int, step: int) -> list[int]:
+    return [100 * rank + 2 * step, 100 * rank + 2 * step + 1]
+
+
+def _log(run_dir, plan: dict[int, list[list[int]]], tamper=None) -> None:
+    """``plan[rank] = [[steps of attempt 0], [steps of attempt 1], ...]``."""
+    for rank, attempts in plan.items():
+        for a, steps in enumerate(attempts):
+            log = EventLog(events_path(run_dir / "events", a, rank), rank, a)
+            for s in steps:
+                ids = _ids(rank, s)
+                if tamper and tamper(rank, a, s):
+                    ids = list(reversed(ids))
+                log.emit("step", "end", step=s, sample_ids=ids, micro=[s - 1], rng=f"r{s}")
+            log.close()
+
+
+@pytest.fixture
+def ref(tmp_path):
+    d = tmp_path / "ref"
+    _log(d, {r: [list(range(1, STEPS + 1))] for r in (0, 1)})
+    return d
+
+
+@pytest.mark.parametrize("plan, max_replay, needle", [
+    ({0: [[1, 2, 3], [3, 4, 5, 6]], 1: [[1, 2, 3], [3, 4, 5, 6]]}, 1, None),  # one replay
+    ({0: [[1, 2], [3, 4, 5, 6]], 1: [[1, 2], [3, 4, 5, 6]]}, 1, None),  # no replay
+    ({0: [[1, 2, 3], [2, 3, 4, 5, 6]], 1: [[1, 2, 3], [2, 3, 4, 5, 6]]}, 1, "replays 2"),
+    ({0: [[1, 2, 3], [2, 3, 4, 5, 6]], 1: [[1, 2, 3], [2, 3, 4, 5, 6]]}, 3, None),  # periodic:3
+    # rank 1 died inside step 3 after its gradient arrived: rank 0 completed it
+    ({0: [[1, 2, 3], [4, 5, 6]], 1: [[1, 2], [4, 5, 6]]}, 1, None),
+    ({0: [[1, 2], [4, 5, 6]], 1: [[1, 2], [4, 5, 6]]}, 1, "skipping [3] that no rank"),
+    ({0: [[1, 2, 3, 4, 5]], 1: [[1, 2, 3, 4, 5]]}, 1, "last completed step 5"),
+    ({0: [[1, 2, 4, 5, 6]], 1: [[1, 2, 3, 4, 5, 6]]}, 1, "step 4 follows step 2"),
+])
+def test_stream_check(tmp_path, ref, plan, max_replay, needle):
+    _log(tmp_path / "run", plan)
+    v = metrics.stream_violations(tmp_path / "run", ref, STEPS, max_replay)
+    if needle is None:
+        assert v == []
+    else:
+        assert any(needle in x for x in v), v
+
+
+def test_stream_check_catches_other_samples_in_a_replay(tmp_path, ref):
+    _log(tmp_path / "run", {0: [[1, 2, 3], [3, 4, 5, 6]], 1: [[1, 2, 3], [3, 4, 5, 6]]},
+         tamper=lambda rank, a, s: (rank, a, s) == (1, 1, 3))
+    v = metrics.stream_violations(tmp_path / "run", ref, STEPS, 1)
+    assert v == ["rank 1 step 3 (attempt 1): sample_ids differs from the reference"]
+
+
+def test_random_campaigns_are_well_formed():
+    rng = random.Random(3)
+    kinds = set(campaign.campaign_kinds())
+    for _ in range(200):
+        c = campaign.random_campaign(rng, steps=8, grad_accum=2)
+        steps = [f.step for f in c.faults]
+        assert 1 <= len(steps) <= 3 and len(set(steps)) == len(steps)
+        assert all(1 <= s < 8 and f.kind in kinds and f.rank in (0, 1)
+                   and f.params.get("at", "collective") in ("collective", "micro:0", "micro:1")
+                   for s, f in zip(steps, c.faults, strict=True))
+
+
+def test_campaign_kinds_by_name(monkeypatch):
+    monkeypatch.setenv("JITBENCH_CAMPAIGN_KINDS", "kill, term")
+    assert campaign.campaign_kinds() == ("kill", "term")
+    monkeypatch.setenv("JITBENCH_CAMPAIGN_KINDS", "kill,meteor")
+    with pytest.raises(ValueError, match="meteor"):
+        campaign.campaign_kinds()
+
+
+def test_expected_order_and_replay_bounds():
+    assert campaign.max_replay("jit", 8) == 1
+    assert campaign.max_replay("periodic:3", 8) == 3
+    assert campaign.max_replay("none", 8) == 8
+    assert campaign.expected_order("periodic:3", 1) == ["fault", "failure", "restart", "restore",
+                                                         "step"]
