@@ -291,7 +291,8 @@ def _fault_plan(fault, rank, step, steps, nproc, seed, time_s, every, count, mtb
             raise InputError(f"{flag} applies to --fault {kinds[0]}, not {fault or 'nccl-hang'}")
         kv[key] = str(value)
     if scenario is not None and not scenario.is_file():
-        raise InputError(f"scenario file {scenario} does not exist")
+        raise InputError(f"scenario file {scenario} "
+                         + ("is not a file" if scenario.exists() else "does not exist"))
     try:
         return plan_from_options(fault, rank, step, steps, nproc, seed, time_s=time_s,
                                  every_steps=every, count=count, mtbf_steps=mtbf_steps,

@@ -202,3 +202,26 @@ def test_exit_statuses_reach_the_shell(jb, tmp_path, monkeypatch, summary, code,
     monkeypatch.setattr("jitbench.reports.table.summary_table", lambda s: "table")
     got, err = jb("run", "--run-dir", str(tmp_path / "r"), "--timeout-s", "9")
     assert got == code and needle in err
+
+
+def test_scenario_files(jb, tmp_path):
+    """Scenario files that are not files, not text, or not a plan (the grammar's own
+    errors are covered in test_schedule.py)."""
+    r = str(tmp_path / "r")
+    code, err = jb("run", "--scenario", str(tmp_path / "none.toml"), "--run-dir", r)
+    assert code == 2 and "does not exist" in _one_line(err)
+    (tmp_path / "dir.toml").mkdir()
+    code, err = jb("run", "--scenario", str(tmp_path / "dir.toml"), "--run-dir", r)
+    assert code == 2 and "is not a file" in _one_line(err)
+    (tmp_path / "bin.toml").write_bytes(b"\xff\xfe\x00kind")
+    code, err = jb("run", "--scenario", str(tmp_path / "bin.toml"), "--run-dir", r)
+    assert code == 2 and "not a UTF-8 text file" in _one_line(err)
+    (tmp_path / "far.toml").write_text("[[fault]]\nkind='kill'\nrank=1\nstep=100\n")
+    code, err = jb("run", "--scenario", str(tmp_path / "far.toml"), "--steps", "12",
+                   "--run-dir", r)
+    assert code == 2 and "step 100 must be in 1..11" in _one_line(err)
+    (tmp_path / "micro.toml").write_text("[[fault]]\nkind='kill'\nstep=3\nat='micro:4'\n")
+    code, err = jb("run", "--scenario", str(tmp_path / "micro.toml"), "--grad-accum", "2",
+                   "--run-dir", r)
+    assert code == 2 and "micro:4" in _one_line(err)
+    assert not (tmp_path / "r").exists()
