@@ -340,11 +340,10 @@ def stream_violations(run_dir: str | Path, reference_dir: str | Path, steps: int
                 if key in want and e.get(key) != want[key]:
                     out.append(f"rank {rank} step {s} (attempt {e['attempt']}): {key} differs "
                                "from the reference")
-            if prev is not None and e["attempt"] == prev["attempt"] and s != prev["step"] + 1:
+            new_attempt = prev is None or e["attempt"] != prev["attempt"]
+            if not new_attempt and s != prev["step"] + 1:
                 out.append(f"rank {rank}: step {s} follows step {prev['step']} in one attempt")
-            if prev is None and s != 1:
-                out.append(f"rank {rank}: first executed step is {s}, not 1")
-            if prev is not None and e["attempt"] != prev["attempt"]:
+            if new_attempt:  # this rank's first step, or its first after a restart
                 by_peers = set().union(*(done_by[a] for a in done_by if a < e["attempt"]))
                 skipped = set(range(done + 1, s))
                 if not skipped <= by_peers:

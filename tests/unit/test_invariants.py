@@ -46,6 +46,9 @@ def ref(tmp_path):
     # rank 1 died inside step 3 after its gradient arrived: rank 0 completed it
     ({0: [[1, 2, 3], [4, 5, 6]], 1: [[1, 2], [4, 5, 6]]}, 1, None),
     ({0: [[1, 2], [4, 5, 6]], 1: [[1, 2], [4, 5, 6]]}, 1, "skipping [3] that no rank"),
+    # the same at the first step (rank 0 SIGTERMed inside step 1, rank 1 completed it)
+    ({0: [[], [2, 3, 4, 5, 6]], 1: [[1], [2, 3, 4, 5, 6]]}, 1, None),
+    ({0: [[2, 3, 4, 5, 6]], 1: [[1, 2, 3, 4, 5, 6]]}, 1, "starts at step 2, skipping [1]"),
     ({0: [[1, 2, 3, 4, 5]], 1: [[1, 2, 3, 4, 5]]}, 1, "last completed step 5"),
     ({0: [[1, 2, 4, 5, 6]], 1: [[1, 2, 3, 4, 5, 6]]}, 1, "step 4 follows step 2"),
 ])
