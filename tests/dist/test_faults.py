@@ -216,13 +216,13 @@ def test_slow_rank_and_non_fatal_xids_on_schedules(tmp_path, refs):
 
 
 # -------------------------------------------------------------- C1 desync
-C1_PLAN = [FaultSpec("desync", 1, 3, params={"mode": "extra"}),
-           FaultSpec("desync", 1, 7, params={"mode": "size"})]
+C1_PLAN = [FaultSpec("desync", 1, 4, params={"mode": "extra"}),  # from step 4 the bound is
+           FaultSpec("desync", 1, 8, params={"mode": "size"})]   # the floor, not hang_first_s
 
 
 @pytest.fixture(scope="module")
 def c1_run(tmp_path_factory, refs):
-    """4 ranks: an extra all-reduce at step 3, a wrong-sized collective at step 7."""
+    """4 ranks: an extra all-reduce at step 4, a wrong-sized collective at step 8."""
     return campaign(tmp_path_factory.mktemp("c1") / "run", refs, C1_PLAN, nproc=4)
 
 
@@ -233,7 +233,7 @@ def test_c1_desync_every_rank_leaves_within_the_bound(c1_run, mode):
     advertised bound (not gloo's 300 s), the run recovers bitwise, no process
     is left (checked by ``campaign``)."""
     s, run_dir = c1_run
-    assert fired(run_dir) == [("desync", 1, 3, 0), ("desync", 1, 7, 1)]
+    assert fired(run_dir) == [("desync", 1, 4, 0), ("desync", 1, 8, 1)]
     attempt = 0 if mode == "extra" else 1
     [fault] = events(run_dir, "fault", attempt=attempt)
     assert fault["params"]["mode"] == mode
