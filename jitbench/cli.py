@@ -127,11 +127,12 @@ def run(
     fault_every: Annotated[int | None, typer.Option(
         help="Fire every N steps (from --fault-step, default N).")] = None,
     fault_count: Annotated[int | None, typer.Option(
-        help="At most this many faults (--fault-every, --mtbf-*).")] = None,
-    mtbf_steps: Annotated[float | None, typer.Option(
+        help="At most this many faults (--fault-every, --fault-mtbf-*).")] = None,
+    mtbf_steps: Annotated[float | None, typer.Option("--fault-mtbf-steps",
         help="Poisson arrivals, mean steps between faults (seeded by --seed).")] = None,
-    mtbf_s: Annotated[float | None, typer.Option(
-        help="Poisson arrivals, mean seconds between faults (seeded by --seed).")] = None,
+    mtbf_s: Annotated[float | None, typer.Option("--fault-mtbf-s",
+        help="Poisson arrivals, mean seconds between faults (seeded by --seed; not "
+             "--mtbf, which sizes periodic:auto).")] = None,
     every_attempt: Annotated[bool, typer.Option(
         help="Fire in every restarted attempt (a rank that always fails).")] = False,
     fault_param: Annotated[list[str] | None, typer.Option(

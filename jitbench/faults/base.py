@@ -262,8 +262,8 @@ class Injector:
         faults: the run's fault plan (all ranks; this rank keeps its own).
         rank: this rank.
         attempt: restart count.
-        state_dir: run directory folder for fired markers and the training
-            start time (shared by all ranks).
+        state_dir: run directory folder for fired markers (shared by all ranks);
+            the training start time is kept beside it, in ``train_start``.
         events: this rank's event log.
         context: fixed items handed to every :meth:`Fault.fire` (probe,
             checkpoint directory, seed, world size, ...).
@@ -298,9 +298,9 @@ class Injector:
         any rank (``create``: this rank is at its first step; the first rank to
         get there writes the time, everyone else and later attempts read it)."""
         if self._t0 is None:
-            path = self.dir / "train_start"
+            path = self.dir.parent / "train_start"
             if create and not path.exists():
-                tmp = self.dir / f"train_start.{self.rank}.{self.attempt}.tmp"
+                tmp = self.dir.parent / f"train_start.{self.rank}.{self.attempt}.tmp"
                 tmp.write_text(repr(time.time()))
                 try:
                     os.link(tmp, path)  # atomic: the first rank wins

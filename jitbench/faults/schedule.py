@@ -328,7 +328,8 @@ def plan_from_options(kind: str | None, rank: int, step: int | None, steps: int,
     if kind is None:
         kind = "none" if scenario is not None else "nccl-hang"
     triggers = [n for n, v in (("--fault-time-s", time_s), ("--fault-every", every_steps),
-                               ("--mtbf-steps", mtbf_steps), ("--mtbf-s", mtbf_s))
+                               ("--fault-mtbf-steps", mtbf_steps),
+                               ("--fault-mtbf-s", mtbf_s))
                 if v is not None]
     if kind == "none":
         if triggers or params:

@@ -29,9 +29,8 @@ from tests.conftest import small_spec
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(300)]
 
-STEPS = 10
-MAX_RESTARTS = 6
-"""Every campaign's (and reference's) budget: a reference must match its run's spec."""
+STEPS = 12
+"""As in test_recovery and test_campaigns: 2-rank campaigns share their references."""
 EPISODE = ["fault", "failure", "save", "restart", "restore", "step"]
 PERIODIC_EPISODE = ["fault", "failure", "restart", "restore", "step"]
 
@@ -51,27 +50,15 @@ def workers_of(run_dir: Path) -> list[str]:
     return out
 
 
-@pytest.fixture(scope="module")
-def refs(tmp_path_factory):
-    """Fault-free reference runs, one per (strategy, nproc), shared by the module."""
-    cache: dict = {}
-
-    def get(strategy: str = "jit", nproc: int = 2) -> Path:
-        if (strategy, nproc) not in cache:
-            d = tmp_path_factory.mktemp("ref") / "run"
-            out = run_spec(small_spec(STEPS, strategy=strategy, nproc=nproc,
-                                      max_restarts=MAX_RESTARTS), d, reference=False)
-            assert out.summary["completed"], (d / "agent.log").read_text()[-3000:]
-            cache[(strategy, nproc)] = d
-        return cache[(strategy, nproc)]
-
-    return get
+@pytest.fixture(scope="session")
+def refs(shared_reference):
+    """The session's fault-free reference of a spec (conftest.shared_reference)."""
+    return shared_reference
 
 
 def campaign(run_dir: Path, refs, faults: list[FaultSpec], strategy="jit", nproc=2, **kw):
-    spec = small_spec(STEPS, faults=faults, strategy=strategy, nproc=nproc,
-                      max_restarts=MAX_RESTARTS, **kw)
-    out = run_spec(spec, run_dir, reference_from=refs(strategy, nproc), timeout_s=280)
+    spec = small_spec(STEPS, faults=faults, strategy=strategy, nproc=nproc, **kw)
+    out = run_spec(spec, run_dir, reference_from=refs(spec), timeout_s=280)
     assert not workers_of(run_dir), workers_of(run_dir)  # no process left behind
     return out.summary, out.run_dir
 
@@ -109,7 +96,8 @@ PROCESS_PLAN = [
 def process_run(tmp_path_factory, refs):
     """term, segfault, exception, exit, nccl-timeout and a fatal Xid: six
     failures, six restarts, one run."""
-    return campaign(tmp_path_factory.mktemp("process") / "run", refs, PROCESS_PLAN)
+    return campaign(tmp_path_factory.mktemp("process") / "run", refs, PROCESS_PLAN,
+                    max_restarts=len(PROCESS_PLAN))
 
 
 def _episode(s: dict, kind: str) -> dict:
@@ -228,13 +216,13 @@ def test_slow_rank_and_non_fatal_xids_on_schedules(tmp_path, refs):
 
 
 # -------------------------------------------------------------- C1 desync
-C1_PLAN = [FaultSpec("desync", 1, 3, params={"mode": "extra"}),
-           FaultSpec("desync", 1, 7, params={"mode": "size"})]
+C1_PLAN = [FaultSpec("desync", 1, 4, params={"mode": "extra"}),  # from step 4 the bound is
+           FaultSpec("desync", 1, 8, params={"mode": "size"})]   # the floor, not hang_first_s
 
 
 @pytest.fixture(scope="module")
 def c1_run(tmp_path_factory, refs):
-    """4 ranks: an extra all-reduce at step 3, a wrong-sized collective at step 7."""
+    """4 ranks: an extra all-reduce at step 4, a wrong-sized collective at step 8."""
     return campaign(tmp_path_factory.mktemp("c1") / "run", refs, C1_PLAN, nproc=4)
 
 
@@ -245,7 +233,7 @@ def test_c1_desync_every_rank_leaves_within_the_bound(c1_run, mode):
     advertised bound (not gloo's 300 s), the run recovers bitwise, no process
     is left (checked by ``campaign``)."""
     s, run_dir = c1_run
-    assert fired(run_dir) == [("desync", 1, 3, 0), ("desync", 1, 7, 1)]
+    assert fired(run_dir) == [("desync", 1, 4, 0), ("desync", 1, 8, 1)]
     attempt = 0 if mode == "extra" else 1
     [fault] = events(run_dir, "fault", attempt=attempt)
     assert fault["params"]["mode"] == mode
@@ -421,7 +409,7 @@ def test_c10_rank_failing_every_attempt_exhausts_the_budget(tmp_path):
 
 
 # ------------------------------------------------------------ Poisson
-POISSON = {"poisson": [{"kinds": ["kill", "exception"], "mtbf_steps": 4.0}]}
+POISSON = {"poisson": [{"kinds": ["kill", "exception"], "mtbf_steps": 5.0}]}
 
 
 def _results(s: dict) -> dict:
@@ -436,10 +424,10 @@ def _results(s: dict) -> dict:
 def test_seeded_poisson_campaign_replays(tmp_path, refs):
     """The same --seed gives the same fault times and the same results table."""
     plan = expand_scenario(POISSON, nproc=2, steps=STEPS, seed=0)
-    assert [(f.kind, f.rank, f.step) for f in plan] == [("kill", 0, 4), ("exception", 0, 7)]
+    assert [(f.kind, f.rank, f.step) for f in plan] == [("kill", 0, 4), ("exception", 0, 9)]
     runs = [campaign(tmp_path / f"run{i}", refs,
                      expand_scenario(POISSON, nproc=2, steps=STEPS, seed=0)) for i in (0, 1)]
     (s0, d0), (s1, d1) = runs
-    assert fired(d0) == fired(d1) == [("kill", 0, 4, 0), ("exception", 0, 7, 1)]
+    assert fired(d0) == fired(d1) == [("kill", 0, 4, 0), ("exception", 0, 9, 1)]
     assert _results(s0) == _results(s1)
     assert_recovered(s0)

@@ -182,7 +182,8 @@ def _cli(*args, cwd):
     (["--fault", "xid", "--xid", "-3"], "code must be >= 1"),
     (["--fault", "slow", "--fault-param", "delay=1"], "unknown parameter 'delay'"),
     (["--fault", "slow", "--fault-param", "delay_s"], "--fault-param takes KEY=VALUE"),
-    (["--fault", "kill", "--fault-every", "3", "--mtbf-steps", "4"], "give one trigger"),
+    (["--fault", "kill", "--fault-every", "3", "--fault-mtbf-steps", "4"],
+     "give one trigger"),
     (["--fault", "eio", "--strategy", "none"], "writes no checkpoints"),
     (["--scenario", "missing.toml"], "does not exist"),
 ])
