@@ -309,7 +309,7 @@ def overhead_table(rows: list[dict], meta: dict) -> Table:
     tab = Table(title=f"steady-state overhead: {meta['workload']} x{meta['world_size']}, "
                       f"{meta['repeats']} repeats of {meta['segment_steps']}-step segments")
     for c in ("strategy", "step_s (median)", "overhead_pct (median)", "IQR", "min..max",
-              "runtime hot path", "verdict"):
+              "CPU-time overhead [min..max]", "runtime hot path", "verdict"):
         tab.add_column(c, justify="left" if c in ("strategy", "verdict") else "right")
     for r in rows:
         pct_of_step = (r["rt_us"] / 1e6 / r["step_s"] * 100) if r["rt_us"] and r["step_s"] else None
@@ -319,5 +319,8 @@ def overhead_table(rows: list[dict], meta: dict) -> Table:
         tab.add_row(r["strategy"], f"{r['step_s']:.4f}", f"{r['overhead_pct']:+.2f}%",
                     f"[{r['overhead_pct_q25']:+.2f}, {r['overhead_pct_q75']:+.2f}]",
                     f"[{r['overhead_pct_min']:+.2f}, {r['overhead_pct_max']:+.2f}]",
+                    "-" if r.get("cpu_overhead_pct") is None else
+                    f"{r['cpu_overhead_pct']:+.2f}% [{r['cpu_overhead_pct_min']:+.2f}, "
+                    f"{r['cpu_overhead_pct_max']:+.2f}]",
                     f"{_f(r['rt_us'], 0)} us ({_f(pct_of_step, 3)}%)", verdict)
     return tab

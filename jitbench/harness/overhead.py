@@ -33,9 +33,15 @@ ends in a collective):
 - per strategy: ``step_s`` = median over repeats, ``overhead_pct`` = 100 x
   median over repeats, with the spread over repeats as IQR (``q25``/``q75``)
   and min-max. ``within_noise`` is true when the min-max range contains 0;
+- ``cpu_overhead_pct``: the same ratio of rank 0's process CPU time per step
+  (``cpu_s`` of step-begin events, :func:`time.process_time`, every thread).
+  Other jobs on the machine stretch wall time but hardly CPU time, so on a
+  shared machine this is the precise figure for CPU work such as the JIT
+  snapshot or an async writer thread; it leaves out time spent waiting (an
+  fsync, a barrier), which only the wall-time ratio holds;
 - ``rt_us``: the median of the runtime's own time at a step end (lock and
   snapshot, the ``rt_s`` field of step-end events), in microseconds: the JIT
-  hot path measured directly, free of the machine's noise.
+  hot path measured directly.
 
 Every segment of a periodic strategy holds the same number of checkpoints:
 the segment length must be a multiple of each interval, and the warm-up is
@@ -145,6 +151,8 @@ def segment_times(run_dir: Path, spec: RunSpec) -> list[dict]:
         raise ValueError(f"{run_dir}: the overhead run restarted; its step times are not steady")
     begin = {e["step"]: e["t_mono"] for e in evs
              if e["event"] == "step" and e["phase"] == "begin" and e["rank"] == 0}
+    cpu = {e["step"]: e.get("cpu_s") for e in evs
+           if e["event"] == "step" and e["phase"] == "begin" and e["rank"] == 0}
     rt = {e["step"]: e.get("rt_s") for e in evs
           if e["event"] == "step" and e["phase"] == "end" and e["rank"] == 0}
     segs = spec.segments
@@ -157,8 +165,10 @@ def segment_times(run_dir: Path, spec: RunSpec) -> list[dict]:
             raise ValueError(f"{run_dir}: segment at step {first} is incomplete")
         n = nxt - first
         rts = [rt[s] for s in range(first, nxt) if rt.get(s) is not None]
+        cpu_step = (None if cpu.get(nxt) is None or cpu.get(first) is None
+                    else (cpu[nxt] - cpu[first]) / n)
         rows.append({"strategy": strategy, "repeat": rep, "first_step": first, "steps": n,
-                     "step_s": (begin[nxt] - begin[first]) / n,
+                     "step_s": (begin[nxt] - begin[first]) / n, "cpu_step_s": cpu_step,
                      "rt_us": statistics.median(rts) * 1e6 if rts else None})
     return rows
 
@@ -182,6 +192,9 @@ def summarize(rows: list[dict], strategies: list[str]) -> list[dict]:
         steps = [by[(s, r)]["step_s"] for r in repeats if (s, r) in by]
         pct = [100.0 * (by[(s, r)]["step_s"] / by[("none", r)]["step_s"] - 1.0)
                for r in repeats if (s, r) in by and ("none", r) in by]
+        cpct = [100.0 * (by[(s, r)]["cpu_step_s"] / by[("none", r)]["cpu_step_s"] - 1.0)
+                for r in repeats if (s, r) in by and ("none", r) in by
+                and by[(s, r)].get("cpu_step_s") and by[("none", r)].get("cpu_step_s")]
         rts = [by[(s, r)]["rt_us"] for r in repeats
                if (s, r) in by and by[(s, r)]["rt_us"] is not None]
         out.append({
@@ -192,6 +205,9 @@ def summarize(rows: list[dict], strategies: list[str]) -> list[dict]:
             "overhead_pct_q75": _q(pct, 0.75), "overhead_pct_min": min(pct),
             "overhead_pct_max": max(pct),
             "within_noise": min(pct) <= 0.0 <= max(pct),
+            "cpu_overhead_pct": statistics.median(cpct) if cpct else None,
+            "cpu_overhead_pct_min": min(cpct) if cpct else None,
+            "cpu_overhead_pct_max": max(cpct) if cpct else None,
             "rt_us": statistics.median(rts) if rts else None,
         })
     return out

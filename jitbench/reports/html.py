@@ -181,7 +181,8 @@ def _results_md(t) -> str:
 OVERHEAD_COLS = [("strategy", "strategy"), ("repeats", "repeats"), ("step_s", "step s (median)"),
                  ("overhead_pct", "overhead % (median)"), ("overhead_pct_q25", "q25 %"),
                  ("overhead_pct_q75", "q75 %"), ("overhead_pct_min", "min %"),
-                 ("overhead_pct_max", "max %"), ("rt_us", "runtime hot path µs/step"),
+                 ("overhead_pct_max", "max %"), ("cpu_overhead_pct", "CPU-time overhead %"),
+                 ("rt_us", "runtime hot path µs/step"),
                  ("within_noise", "0 within min–max")]
 
 
@@ -197,8 +198,8 @@ def _overhead_html(s) -> str:
                 cells.append(f'<td class="l">{_pill(v)}</td>')
             elif k == "step_s":
                 cells.append(f"<td>{_fmt(v, 4)}</td>")
-            elif k.startswith("overhead_pct"):
-                cells.append(f"<td>{v:+.2f}</td>")
+            elif k.startswith("overhead_pct") or k == "cpu_overhead_pct":
+                cells.append(f"<td>{_fmt(v) if v != v or v is None else f'{v:+.2f}'}</td>")
             elif k == "rt_us":
                 cells.append(f"<td>{_fmt(v, 0)}</td>")
             else:

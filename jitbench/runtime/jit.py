@@ -391,7 +391,8 @@ class Runtime:
         if self._pending_rng is not None:  # deferred from restore(): nothing can shift it now
             restore_rng(self._pending_rng)
             self._pending_rng = None
-        self.events.emit("step", "begin", step=step)
+        # cpu_s: this process's CPU time (s), for CPU-time overheads (jitbench overhead)
+        self.events.emit("step", "begin", step=step, cpu_s=time.process_time())
         self._step = step
         self._phase_since = time.monotonic()
         self._phase = "compute"

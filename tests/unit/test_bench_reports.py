@@ -35,10 +35,12 @@ def test_overhead_plan_interleaves_abba_and_centres_checkpoints():
 def test_overhead_statistics_pair_each_repeat_with_its_none_segment():
     rows = []
     for r, drift in enumerate((1.0, 1.2, 0.9, 1.1, 1.0)):  # the machine drifts between repeats
-        rows += [{"strategy": "none", "repeat": r, "step_s": 0.100 * drift, "rt_us": 5.0},
-                 {"strategy": "jit", "repeat": r, "step_s": 0.1002 * drift, "rt_us": 60.0},
+        rows += [{"strategy": "none", "repeat": r, "step_s": 0.100 * drift, "rt_us": 5.0,
+                  "cpu_step_s": 0.05},
+                 {"strategy": "jit", "repeat": r, "step_s": 0.1002 * drift, "rt_us": 60.0,
+                  "cpu_step_s": 0.05006},
                  {"strategy": "periodic:10", "repeat": r, "step_s": 0.110 * drift,
-                  "rt_us": 5.0}]
+                  "rt_us": 5.0, "cpu_step_s": 0.051}]
     s = {r["strategy"]: r for r in summarize(rows, ["none", "jit", "periodic:10"])}
     assert s["none"]["overhead_pct"] == 0.0
     assert s["jit"]["overhead_pct"] == pytest.approx(0.2)  # drift cancels in the ratio
@@ -46,6 +48,8 @@ def test_overhead_statistics_pair_each_repeat_with_its_none_segment():
     assert s["periodic:10"]["overhead_pct"] == pytest.approx(10.0)
     assert not s["jit"]["within_noise"] and s["jit"]["rt_us"] == 60.0
     assert s["jit"]["step_s"] == pytest.approx(0.1002)
+    assert s["jit"]["cpu_overhead_pct"] == pytest.approx(0.12)
+    assert s["periodic:10"]["cpu_overhead_pct"] == pytest.approx(2.0)
 
 
 def _table(n_rep=3, **over):
