@@ -314,9 +314,11 @@ def overhead_table(rows: list[dict], meta: dict) -> Table:
     for r in rows:
         pct_of_step = (r["rt_us"] / 1e6 / r["step_s"] * 100) if r["rt_us"] and r["step_s"] else None
         verdict = ("baseline" if r["strategy"] == "none" else
+                   "noise (A/A)" if r["strategy"] == "none-aa" else
                    "within noise" if r["within_noise"] else
                    "slower" if r["overhead_pct"] > 0 else "faster")
-        tab.add_row(r["strategy"], f"{r['step_s']:.4f}", f"{r['overhead_pct']:+.2f}%",
+        name = "none (A/A control)" if r["strategy"] == "none-aa" else r["strategy"]
+        tab.add_row(name, f"{r['step_s']:.4f}", f"{r['overhead_pct']:+.2f}%",
                     f"[{r['overhead_pct_q25']:+.2f}, {r['overhead_pct_q75']:+.2f}]",
                     f"[{r['overhead_pct_min']:+.2f}, {r['overhead_pct_max']:+.2f}]",
                     "-" if r.get("cpu_overhead_pct") is None else

@@ -124,12 +124,13 @@ def test_overhead_prints_medians_ratios_and_spreads(tmp_path):
              "--warmup-steps", "2", "--out", str(tmp_path / "oh"))
     assert p.returncode == 0, p.stderr[-3000:]
     for needle in ("step_s (median)", "overhead_pct (median)", "IQR", "min..max", "jit",
-                   "periodic-async:2"):
+                   "periodic-async:2", "CPU-time overhead", "A/A control"):
         assert needle in p.stdout, needle
     s = pd.read_csv(tmp_path / "oh" / "overhead.csv")
-    assert list(s["strategy"]) == ["none", "jit", "periodic:2", "periodic-async:2"]
+    assert list(s["strategy"]) == ["none", "jit", "periodic:2", "periodic-async:2", "none-aa"]
     assert (s["repeats"] == 2).all() and s.loc[0, "overhead_pct"] == 0
+    assert s["cpu_overhead_pct"].notna().all() and s["noise_hi_pct"].notna().all()
     segs = pd.read_csv(tmp_path / "oh" / "overhead_segments.csv")
-    assert len(segs) == 8 and (segs["steps"] == 4).all()
+    assert len(segs) == 10 and (segs["steps"] == 4).all()
     jit = s[s.strategy == "jit"].iloc[0]
     assert jit["rt_us"] > s[s.strategy == "none"].iloc[0]["rt_us"]  # the snapshot is the cost
