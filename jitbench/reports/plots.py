@@ -333,7 +333,8 @@ def overhead_figure(summary, segments=None):
     ax.set_ylabel("step time vs none (%)")
     ax.set_title("Steady-state overhead: median over repeats, IQR (bar), min-max (dotted), "
                  "repeats (dots)")
-    ax.legend(loc="upper left", ncol=2)
+    ax.margins(y=0.08)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
     fig.tight_layout()
     return fig
 
