@@ -29,7 +29,7 @@ from jitbench.harness.spec import SpecError
 
 EXIT_RUN_FAILED, EXIT_INCORRECT, EXIT_REGRESSION, EXIT_INCOMPARABLE = 3, 4, 5, 6
 
-out = Console(width=160) if not sys.stdout.isatty() else Console()
+out = Console(width=200) if not sys.stdout.isatty() else Console()
 err = Console(stderr=True)
 
 _UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -308,16 +308,21 @@ def overhead_table(rows: list[dict], meta: dict) -> Table:
     """Terminal table of the overhead summary."""
     tab = Table(title=f"steady-state overhead: {meta['workload']} x{meta['world_size']}, "
                       f"{meta['repeats']} repeats of {meta['segment_steps']}-step segments")
-    for c in ("strategy", "step_s (median)", "overhead_pct (median)", "IQR", "min..max",
-              "runtime hot path", "verdict"):
+    for c in ("strategy", "step s (median)", "overhead % (median)", "IQR %", "min..max %",
+              "CPU-time % [min..max]", "runtime/step", "verdict"):
         tab.add_column(c, justify="left" if c in ("strategy", "verdict") else "right")
     for r in rows:
         pct_of_step = (r["rt_us"] / 1e6 / r["step_s"] * 100) if r["rt_us"] and r["step_s"] else None
         verdict = ("baseline" if r["strategy"] == "none" else
+                   "noise (A/A)" if r["strategy"] == "none-aa" else
                    "within noise" if r["within_noise"] else
                    "slower" if r["overhead_pct"] > 0 else "faster")
-        tab.add_row(r["strategy"], f"{r['step_s']:.4f}", f"{r['overhead_pct']:+.2f}%",
+        name = "none (A/A control)" if r["strategy"] == "none-aa" else r["strategy"]
+        tab.add_row(name, f"{r['step_s']:.4f}", f"{r['overhead_pct']:+.2f}",
                     f"[{r['overhead_pct_q25']:+.2f}, {r['overhead_pct_q75']:+.2f}]",
                     f"[{r['overhead_pct_min']:+.2f}, {r['overhead_pct_max']:+.2f}]",
+                    "-" if r.get("cpu_overhead_pct") is None else
+                    f"{r['cpu_overhead_pct']:+.2f} [{r['cpu_overhead_pct_min']:+.2f}, "
+                    f"{r['cpu_overhead_pct_max']:+.2f}]",
                     f"{_f(r['rt_us'], 0)} us ({_f(pct_of_step, 3)}%)", verdict)
     return tab

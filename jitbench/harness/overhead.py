@@ -32,10 +32,22 @@ ends in a collective):
   ratio to the adjacent ``none`` segment of the same repeat;
 - per strategy: ``step_s`` = median over repeats, ``overhead_pct`` = 100 x
   median over repeats, with the spread over repeats as IQR (``q25``/``q75``)
-  and min-max. ``within_noise`` is true when the min-max range contains 0;
+  and min-max;
+- an A/A control: every repeat also runs a second ``none`` segment
+  (``none-aa``), whose ratio to the first is pure measurement noise. A
+  strategy's overhead is ``within_noise`` when its median lies inside the
+  control's min-max range over the repeats (without a control: when its own
+  min-max range contains 0): "indistinguishable from zero at this
+  precision", where the precision is measured, not assumed;
+- ``cpu_overhead_pct``: the same ratio of rank 0's process CPU time per step
+  (``cpu_s`` of step-begin events, :func:`time.process_time`, every thread).
+  Other jobs on the machine stretch wall time but hardly CPU time, so on a
+  shared machine this is the precise figure for CPU work such as the JIT
+  snapshot or an async writer thread; it leaves out time spent waiting (an
+  fsync, a barrier), which only the wall-time ratio holds;
 - ``rt_us``: the median of the runtime's own time at a step end (lock and
   snapshot, the ``rt_s`` field of step-end events), in microseconds: the JIT
-  hot path measured directly, free of the machine's noise.
+  hot path measured directly.
 
 Every segment of a periodic strategy holds the same number of checkpoints:
 the segment length must be a multiple of each interval, and the warm-up is
@@ -54,6 +66,8 @@ from jitbench.runtime.events import EventLog, read_events
 
 OVERHEAD_VERSION = 1
 DEFAULT_STRATEGIES = ("none", "jit", "periodic:10", "periodic-async:10")
+CONTROL = "none-aa"
+"""Label of the A/A control segments (the runtime runs them under ``none``)."""
 
 
 @dataclass
@@ -68,6 +82,8 @@ class OverheadConfig:
     """Segments per strategy (ABCD DCBA ... order)."""
     warmup_steps: int = 10
     """Fault-free steps under ``none`` before the first segment, excluded (at least this many)."""
+    control: bool = True
+    """Add an A/A control (a second ``none`` segment per repeat) that measures the noise."""
 
     def validate(self) -> list[Strategy]:
         """Parse the strategies.
@@ -107,7 +123,8 @@ class OverheadConfig:
         segs: list[list] = [[1, "none", -1]]
         step = warm + 1
         for r in range(self.repeats):
-            order = self.strategies if r % 2 == 0 else self.strategies[::-1]
+            labels = self.strategies + ([CONTROL] if self.control else [])
+            order = labels if r % 2 == 0 else labels[::-1]
             for s in order:
                 segs.append([step, s, r])
                 step += self.segment_steps
@@ -118,7 +135,7 @@ def apply_segment(rt, spec: RunSpec, step: int, events: EventLog) -> None:
     """Worker hook: switch the runtime's strategy when ``step`` starts a segment."""
     for first, strategy, rep in spec.segments:
         if first == step:
-            st = Strategy.parse(strategy)
+            st = Strategy.parse("none" if strategy == CONTROL else strategy)
             rt.set_strategy(st.name, st.interval)
             events.emit("segment", step=step, strategy=strategy, repeat=rep)
 
@@ -145,6 +162,8 @@ def segment_times(run_dir: Path, spec: RunSpec) -> list[dict]:
         raise ValueError(f"{run_dir}: the overhead run restarted; its step times are not steady")
     begin = {e["step"]: e["t_mono"] for e in evs
              if e["event"] == "step" and e["phase"] == "begin" and e["rank"] == 0}
+    cpu = {e["step"]: e.get("cpu_s") for e in evs
+           if e["event"] == "step" and e["phase"] == "begin" and e["rank"] == 0}
     rt = {e["step"]: e.get("rt_s") for e in evs
           if e["event"] == "step" and e["phase"] == "end" and e["rank"] == 0}
     segs = spec.segments
@@ -157,8 +176,10 @@ def segment_times(run_dir: Path, spec: RunSpec) -> list[dict]:
             raise ValueError(f"{run_dir}: segment at step {first} is incomplete")
         n = nxt - first
         rts = [rt[s] for s in range(first, nxt) if rt.get(s) is not None]
+        cpu_step = (None if cpu.get(nxt) is None or cpu.get(first) is None
+                    else (cpu[nxt] - cpu[first]) / n)
         rows.append({"strategy": strategy, "repeat": rep, "first_step": first, "steps": n,
-                     "step_s": (begin[nxt] - begin[first]) / n,
+                     "step_s": (begin[nxt] - begin[first]) / n, "cpu_step_s": cpu_step,
                      "rt_us": statistics.median(rts) * 1e6 if rts else None})
     return rows
 
@@ -178,10 +199,15 @@ def summarize(rows: list[dict], strategies: list[str]) -> list[dict]:
     by = {(r["strategy"], r["repeat"]): r for r in rows}
     repeats = sorted({r["repeat"] for r in rows})
     out = []
+    if any(r["strategy"] == CONTROL for r in rows) and CONTROL not in strategies:
+        strategies = [*strategies, CONTROL]
     for s in strategies:
         steps = [by[(s, r)]["step_s"] for r in repeats if (s, r) in by]
         pct = [100.0 * (by[(s, r)]["step_s"] / by[("none", r)]["step_s"] - 1.0)
                for r in repeats if (s, r) in by and ("none", r) in by]
+        cpct = [100.0 * (by[(s, r)]["cpu_step_s"] / by[("none", r)]["cpu_step_s"] - 1.0)
+                for r in repeats if (s, r) in by and ("none", r) in by
+                and by[(s, r)].get("cpu_step_s") and by[("none", r)].get("cpu_step_s")]
         rts = [by[(s, r)]["rt_us"] for r in repeats
                if (s, r) in by and by[(s, r)]["rt_us"] is not None]
         out.append({
@@ -191,9 +217,18 @@ def summarize(rows: list[dict], strategies: list[str]) -> list[dict]:
             "overhead_pct": statistics.median(pct), "overhead_pct_q25": _q(pct, 0.25),
             "overhead_pct_q75": _q(pct, 0.75), "overhead_pct_min": min(pct),
             "overhead_pct_max": max(pct),
-            "within_noise": min(pct) <= 0.0 <= max(pct),
+            "within_noise": min(pct) <= 0.0 <= max(pct),  # refined below with the control
+            "cpu_overhead_pct": statistics.median(cpct) if cpct else None,
+            "cpu_overhead_pct_min": min(cpct) if cpct else None,
+            "cpu_overhead_pct_max": max(cpct) if cpct else None,
             "rt_us": statistics.median(rts) if rts else None,
         })
+    ctrl = next((r for r in out if r["strategy"] == CONTROL), None)
+    if ctrl is not None:
+        lo, hi = min(ctrl["overhead_pct_min"], 0.0), max(ctrl["overhead_pct_max"], 0.0)
+        for r in out:
+            r["noise_lo_pct"], r["noise_hi_pct"] = lo, hi
+            r["within_noise"] = lo <= r["overhead_pct"] <= hi
     return out
 
 

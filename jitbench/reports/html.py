@@ -181,8 +181,9 @@ def _results_md(t) -> str:
 OVERHEAD_COLS = [("strategy", "strategy"), ("repeats", "repeats"), ("step_s", "step s (median)"),
                  ("overhead_pct", "overhead % (median)"), ("overhead_pct_q25", "q25 %"),
                  ("overhead_pct_q75", "q75 %"), ("overhead_pct_min", "min %"),
-                 ("overhead_pct_max", "max %"), ("rt_us", "runtime hot path µs/step"),
-                 ("within_noise", "0 within min–max")]
+                 ("overhead_pct_max", "max %"), ("cpu_overhead_pct", "CPU-time overhead %"),
+                 ("rt_us", "runtime hot path µs/step"),
+                 ("within_noise", "within noise")]
 
 
 def _overhead_html(s) -> str:
@@ -193,12 +194,14 @@ def _overhead_html(s) -> str:
         cells = []
         for k, _ in OVERHEAD_COLS:
             v = r.get(k)
-            if k == "strategy":
+            if k == "strategy" and v == "none-aa":
+                cells.append('<td class="l">none (A/A control)</td>')
+            elif k == "strategy":
                 cells.append(f'<td class="l">{_pill(v)}</td>')
             elif k == "step_s":
                 cells.append(f"<td>{_fmt(v, 4)}</td>")
-            elif k.startswith("overhead_pct"):
-                cells.append(f"<td>{v:+.2f}</td>")
+            elif k.startswith("overhead_pct") or k == "cpu_overhead_pct":
+                cells.append(f"<td>{_fmt(v) if v != v or v is None else f'{v:+.2f}'}</td>")
             elif k == "rt_us":
                 cells.append(f"<td>{_fmt(v, 0)}</td>")
             else:
@@ -288,7 +291,9 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
         figures.append(("overhead", "Steady-state overhead",
                         "Each strategy's step time over the adjacent none segment's in the same "
                         "repeat, minus one. Bar: median; black error bar: interquartile range; "
-                        "dotted: min-max; dots: the repeats. Green band: ±0.5%.",
+                        "dotted: min-max; dots: the repeats. Grey band: the A/A control (a "
+                        "second none segment per repeat), i.e. the measurement's noise; green "
+                        "band: ±0.5%.",
                         _png(plots.overhead_figure(osum.to_dict("records"),
                                                    osegs.to_dict("records")
                                                    if osegs is not None else None))))

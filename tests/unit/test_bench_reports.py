@@ -19,8 +19,9 @@ def test_overhead_plan_interleaves_abba_and_centres_checkpoints():
                          warmup_steps=4)
     segs, total = cfg.plan()
     assert cfg.strategies == ["none", "jit", "periodic:10"]
-    assert [s[1] for s in segs] == ["none", "none", "jit", "periodic:10", "periodic:10", "jit",
-                                    "none", "none", "jit", "periodic:10"]
+    assert [s[1] for s in segs] == ["none", "none", "jit", "periodic:10", "none-aa",
+                                    "none-aa", "periodic:10", "jit", "none",
+                                    "none", "jit", "periodic:10", "none-aa"]
     assert segs[0] == [1, "none", -1]
     first = segs[1][0]
     assert (first - 1) % 10 == 5  # checkpoints (step % 10 == 0) fall mid-segment
@@ -35,17 +36,30 @@ def test_overhead_plan_interleaves_abba_and_centres_checkpoints():
 def test_overhead_statistics_pair_each_repeat_with_its_none_segment():
     rows = []
     for r, drift in enumerate((1.0, 1.2, 0.9, 1.1, 1.0)):  # the machine drifts between repeats
-        rows += [{"strategy": "none", "repeat": r, "step_s": 0.100 * drift, "rt_us": 5.0},
-                 {"strategy": "jit", "repeat": r, "step_s": 0.1002 * drift, "rt_us": 60.0},
+        rows += [{"strategy": "none", "repeat": r, "step_s": 0.100 * drift, "rt_us": 5.0,
+                  "cpu_step_s": 0.05},
+                 {"strategy": "jit", "repeat": r, "step_s": 0.1002 * drift, "rt_us": 60.0,
+                  "cpu_step_s": 0.05006},
                  {"strategy": "periodic:10", "repeat": r, "step_s": 0.110 * drift,
-                  "rt_us": 5.0}]
+                  "rt_us": 5.0, "cpu_step_s": 0.051}]
     s = {r["strategy"]: r for r in summarize(rows, ["none", "jit", "periodic:10"])}
     assert s["none"]["overhead_pct"] == 0.0
     assert s["jit"]["overhead_pct"] == pytest.approx(0.2)  # drift cancels in the ratio
     assert s["jit"]["overhead_pct_max"] - s["jit"]["overhead_pct_min"] < 1e-9
     assert s["periodic:10"]["overhead_pct"] == pytest.approx(10.0)
-    assert not s["jit"]["within_noise"] and s["jit"]["rt_us"] == 60.0
+    assert not s["jit"]["within_noise"] and s["jit"]["rt_us"] == 60.0  # no control: 0 in min-max
+    # with an A/A control, "within noise" means inside the control's min-max range
+    noisy = rows + [{"strategy": "none-aa", "repeat": r, "step_s": 0.100 * d * (1 + e),
+                     "rt_us": 5.0, "cpu_step_s": 0.05}
+                    for r, (d, e) in enumerate(zip((1.0, 1.2, 0.9, 1.1, 1.0),
+                                                   (0.01, -0.004, 0.003, 0.0, -0.002),
+                                                   strict=True))]
+    s = {r["strategy"]: r for r in summarize(noisy, ["none", "jit", "periodic:10"])}
+    assert s["none-aa"]["overhead_pct_max"] == pytest.approx(1.0)
+    assert s["jit"]["within_noise"] and not s["periodic:10"]["within_noise"]
     assert s["jit"]["step_s"] == pytest.approx(0.1002)
+    assert s["jit"]["cpu_overhead_pct"] == pytest.approx(0.12)
+    assert s["periodic:10"]["cpu_overhead_pct"] == pytest.approx(2.0)
 
 
 def _table(n_rep=3, **over):
