@@ -39,9 +39,12 @@ alike on gloo and NCCL.
     blocks, and the watchdog of every rank fires at its hang bound (observed
     on gloo, torch 2.14). ``mode=size``: the same collective as its peers
     (all-gather with the deterministic reduce, else all-reduce) with one
-    element fewer; the peers' messages are larger than the rank posted, gloo
-    aborts that process (SIGABRT, "op.preamble.length <= op.nbytes") and the
-    peers see "Connection reset/closed by peer" and save.
+    element fewer; the peers' messages are larger than the rank posted, so
+    gloo usually aborts that process (SIGABRT, "op.preamble.length <=
+    op.nbytes") and the peers see "Connection reset/closed by peer" and save.
+    When a peer's error closes the connections before the larger message is
+    read, the rank sees that error instead and saves like the others (both
+    outcomes observed on gloo, torch 2.14; the test accepts either).
 ``slow``
     A straggler: thermal throttling, a noisy neighbour, a slow disk in the
     data path. Produced by sleeping ``delay_s`` at the start of each of

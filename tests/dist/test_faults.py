@@ -239,9 +239,13 @@ def test_c1_desync_every_rank_leaves_within_the_bound(c1_run, mode):
     assert fault["params"]["mode"] == mode
     fails = {e["rank"]: e for e in events(run_dir, "failure", attempt=attempt)}
     exits = {e["rank"]: e for e in events(run_dir, "exit", attempt=attempt)}
+    # mode=size: gloo either aborts rank 1 (it received messages larger than it
+    # posted: SIGABRT, no failure event) or, when a peer's error closes the
+    # connections first, rank 1 sees that error and saves like the others.
+    aborted = mode == "size" and 1 not in fails
     for r in range(4):
-        if mode == "size" and r == 1:
-            continue  # gloo aborts the rank that received the larger messages
+        if aborted and r == 1:
+            continue
         bound = fails[r]["hang_bound_s"]
         assert fails[r]["t_mono"] - fault["t_mono"] <= bound + 0.5, (r, fails[r])
         assert exits[r]["t_mono"] - fault["t_mono"] <= bound + 5.0, r
@@ -249,9 +253,10 @@ def test_c1_desync_every_rank_leaves_within_the_bound(c1_run, mode):
         assert {e["trigger"] for e in fails.values()} <= {"hang", "collective_error"}
         assert "hang" in {e["trigger"] for e in fails.values()}
     else:
-        log = (run_dir / "agent.log").read_text()
-        assert "gloo::EnforceNotMet" in log and re.search(r"exitcode\s*:\s*-6\b", log)
-        assert {fails[r]["trigger"] for r in (0, 2, 3)} <= {"collective_error", "sigterm"}
+        if aborted:
+            log = (run_dir / "agent.log").read_text()
+            assert "gloo::EnforceNotMet" in log and re.search(r"exitcode\s*:\s*-6\b", log)
+        assert {e["trigger"] for e in fails.values()} <= {"collective_error", "sigterm"}
     f = s["failures"][attempt]
     assert f["fault_step"] == fault["step"] and f["restored_step"] == fault["step"] - 1
     assert f["replayed_steps"] == 0
