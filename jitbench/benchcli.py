@@ -118,6 +118,12 @@ def register(app: typer.Typer) -> None:
                                                        "resnet=resnet18 (default: each "
                                                        "workload's).")] = None,
         mtbf: MtbfOpt = None,
+        fault_mtbf_steps: Annotated[float | None, typer.Option(
+            "--fault-mtbf-steps", help="Poisson faults (mean steps between failures, random "
+            "ranks, seeded by each seed) instead of one at --fault-step; the model "
+            "validation runs on such sweeps.")] = None,
+        fault_count: Annotated[int | None, typer.Option(
+            help="At most this many faults per run (--fault-mtbf-steps).")] = None,
         out_dir: Annotated[Path | None, typer.Option("--out", help="Sweep directory "
                                                                   "(default sweeps/<time>).")]
         = None,
@@ -139,7 +145,8 @@ def register(app: typer.Typer) -> None:
         cfg = SweepConfig(workloads=_csv(workloads), strategies=_csv(strategies),
                           faults=_csv(faults), seeds=seed_list, repeats=repeats, steps=steps,
                           fault_step=fault_step, fault_rank=fault_rank, nproc=nproc,
-                          batch_size=batch_size, sizes=size_map, mtbf_s=parse_duration_s(mtbf))
+                          batch_size=batch_size, sizes=size_map, mtbf_s=parse_duration_s(mtbf),
+                          fault_mtbf_steps=fault_mtbf_steps, fault_count=fault_count)
         cfg.validate()
         if out_dir is None:
             out_dir = Path("sweeps") / time.strftime("%Y%m%d-%H%M%S")

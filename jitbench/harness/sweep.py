@@ -70,6 +70,14 @@ class SweepConfig:
     """Model size per workload (``{"gpt": "small"}``); missing: the workload's default."""
     mtbf_s: float | None = None
     """Job MTBF (s) for ``periodic:auto``."""
+    fault_mtbf_steps: float | None = None
+    """Instead of one fault at ``fault_step``: Poisson fault arrivals with this
+    mean time between failures in steps, on random ranks, drawn from the cell's
+    seed (:func:`jitbench.faults.schedule.poisson`), so every strategy of one
+    seed meets the same failure trace and a rerun meets it again. The model
+    validation (``jitbench validate``) runs on such sweeps."""
+    fault_count: int | None = None
+    """With ``fault_mtbf_steps``: at most this many faults per run."""
     hang_floor_s: float = 2.0
     hang_first_s: float = 30.0
     timeout_s: float = 600.0
@@ -89,6 +97,13 @@ class SweepConfig:
                 raise SpecError(f"unknown fault {f!r}; one of {', '.join(sorted(FAULTS))}")
         if self.repeats < 1:
             raise SpecError(f"--repeats must be >= 1, got {self.repeats}")
+        if self.fault_mtbf_steps is not None and not self.fault_mtbf_steps > 0:
+            raise SpecError(f"--fault-mtbf-steps must be > 0, got {self.fault_mtbf_steps}")
+        if self.fault_count is not None:
+            if self.fault_mtbf_steps is None:
+                raise SpecError("--fault-count applies to --fault-mtbf-steps")
+            if self.fault_count < 1:
+                raise SpecError(f"--fault-count must be >= 1, got {self.fault_count}")
         for w in self.workloads:
             for s in self.strategies:
                 self.spec(w, s, self.faults[0], self.seeds[0]).validate()
@@ -97,7 +112,15 @@ class SweepConfig:
         """The run spec of one cell (``fault`` None: the reference)."""
         wl = WorkloadConfig(name=workload, size=self.sizes.get(workload), steps=self.steps,
                             batch_size=self.batch_size, seed=seed)
-        faults = [FaultSpec(fault, self.fault_rank, self.fault_step)] if fault else []
+        if not fault:
+            faults = []
+        elif self.fault_mtbf_steps is not None:
+            from jitbench.faults.schedule import poisson
+
+            faults = poisson([fault], list(range(self.nproc)), self.steps, seed,
+                             mtbf_steps=self.fault_mtbf_steps, max_faults=self.fault_count)
+        else:
+            faults = [FaultSpec(fault, self.fault_rank, self.fault_step)]
         return RunSpec(workload=wl, strategy=strategy, faults=faults, nproc=self.nproc,
                        hang_floor_s=self.hang_floor_s, hang_first_s=self.hang_first_s,
                        mtbf_s=self.mtbf_s if Strategy.parse(strategy).auto else None)

@@ -219,6 +219,105 @@ def _overhead_md(s) -> str:
     return "\n".join(lines)
 
 
+VALIDATION_COLS = [("workload", "workload"), ("strategy", "strategy"), ("runs", "runs"),
+                   ("failures", "failures"), ("measured_wasted_gpu_s", "measured wasted GPU-s"),
+                   ("predicted_wasted_gpu_s", "predicted wasted GPU-s"),
+                   ("error_pct", "error %"), ("within_tolerance", "within 15%"),
+                   ("phases_from", "phase costs from")]
+SCALE_COLS = [("n_gpus", "GPUs"), ("strategy", "strategy"), ("interval_s", "interval s"),
+              ("failures_per_day", "failures/day"),
+              ("analytic_wasted_gpu_hours_per_day", "wasted GPU-h/day (analytic)"),
+              ("sim_wasted_gpu_hours_per_day_mean", "wasted GPU-h/day (simulated)"),
+              ("analytic_goodput", "goodput (analytic)"), ("sim_goodput_mean",
+                                                           "goodput (simulated)")]
+
+
+def _df_html(rows, cols) -> str:
+    """An HTML table of ``rows`` (dicts) with ``cols`` ``(key, label)``; text left, numbers right."""
+    head = "".join(f"<th>{html.escape(lab)}</th>" for _, lab in cols)
+    body = []
+    for r in rows:
+        cells = []
+        for k, _ in cols:
+            v = r.get(k)
+            if k == "strategy":
+                cells.append(f'<td class="l">{_pill(v)}</td>')
+            elif isinstance(v, bool):
+                cells.append(f'<td class="{"ok" if v else "bad"}"><b>{_fmt(v)}</b></td>')
+            elif isinstance(v, str):
+                cells.append(f'<td class="l">{html.escape(v)}</td>')
+            elif k == "n_gpus":
+                cells.append(f"<td>{int(v):,}</td>")
+            else:
+                cells.append(f"<td>{_fmt(v, 3 if 'goodput' in k else 2)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _df_md(rows, cols) -> str:
+    lines = ["| " + " | ".join(lab for _, lab in cols) + " |",
+             "|" + "|".join("---" if k in ("workload", "strategy") else "---:"
+                            for k, _ in cols) + "|"]
+    for r in rows:
+        lines.append("| " + " | ".join(_fmt(r.get(k), 3 if "goodput" in k else 2)
+                                       for k, _ in cols) + " |")
+    return "\n".join(lines)
+
+
+def _model_sections(d: Path, t, figures: list) -> tuple[list[str], list[str]]:
+    """HTML and markdown of the model sections (validation, at scale); appends the
+    at-scale figure to ``figures`` and refers to it by its index."""
+    from jitbench.reports import scale
+    from jitbench.reports.validate import TOLERANCE_PCT
+
+    body: list[str] = []
+    md: list[str] = []
+    vt = scale.validation(d)
+    if vt is not None:
+        rows = vt.to_dict("records")
+        ok = sum(bool(r["within_tolerance"]) for r in rows)
+        body += ["<h2>Model vs measurement</h2>",
+                 '<p class="note">For each group of runs with failures, the wasted-work model '
+                 "(Young/Daly for periodic, one recovery plus half a minibatch per failure for "
+                 "JIT) predicts the wasted GPU-seconds from measured phase medians (of the "
+                 "group's other runs when it has several: out of sample) "
+                 "and its number of failures; beside it the wasted GPU-seconds measured from "
+                 f"the events. Target: within {TOLERANCE_PCT:.0f}% ({ok}/{len(rows)} groups). "
+                 "Seeded Poisson campaigns: <code>jitbench sweep --fault-mtbf-steps</code>.</p>",
+                 _df_html(rows, VALIDATION_COLS)]
+        md += ["## Model vs measurement", "",
+               f"Predicted vs measured wasted GPU-seconds per group with failures "
+               f"(target within {TOLERANCE_PCT:.0f}%: {ok}/{len(rows)} groups).", "",
+               _df_md(rows, VALIDATION_COLS), ""]
+    sc = scale.at_scale(t) if t is not None and len(t) else None
+    if sc is not None:
+        p = sc.params
+        measured = ", ".join(sc.measured) or "none"
+        caption = (f"Lines: analytic model; points: simulated mean with p5-p95 over "
+                   f"{scale.SCALE_TRIALS} seeded one-day traces. Costs measured in these results "
+                   f"({measured}); per-GPU MTBF {p['mtbf_hours_per_gpu']:,.0f} h (Llama 3 "
+                   "report, 419 interruptions in 54 days on 16,384 GPUs); failure causes "
+                   "weighted as its Table 5.")
+        figures.append(("scale", "Wasted work and goodput vs world size", caption, sc.png))
+        idx = len(figures) - 1
+        pairs: dict[tuple[str, str], list[dict]] = {}
+        for c in sc.crossovers:
+            pairs.setdefault((c["a"], c["b"]), []).append(c)
+        cross = "; ".join(
+            f"{a} vs {b}: " + ", ".join([f"{cs[0]['below']} cheaper below {cs[0]['n_gpus']:,} GPUs"]
+                                        + [f"{c['above']} from {c['n_gpus']:,}" for c in cs])
+            for (a, b), cs in pairs.items()) or "none in 1-100,000 GPUs"
+        body += ["<h2>From this machine to 100,000 GPUs</h2>",
+                 f'<p class="note">Crossovers (analytic): {html.escape(cross)}.</p>',
+                 f"<!--fig{idx}-->",
+                 _df_html([r for r in sc.rows if r["strategy"] != "jit-transparent"],
+                          SCALE_COLS)]
+        md += ["## From this machine to 100,000 GPUs", "", f"Crossovers (analytic): {cross}.",
+               "", f"<!--fig{idx}-->", "",
+               _df_md([r for r in sc.rows if r["strategy"] != "jit-transparent"], SCALE_COLS), ""]
+    return body, md
+
+
 def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Path | None = None,
                  max_timelines: int = 16) -> tuple[Path, Path]:
     """Write ``report.html`` (self-contained) and ``report.md`` for a sweep or run directory.
@@ -298,6 +397,7 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
                                                    osegs.to_dict("records")
                                                    if osegs is not None else None))))
 
+    mbody, mmd = _model_sections(d, t, figures)
     for i, (_, _, _, png) in enumerate(figures):
         (files_dir / f"fig{i:02d}.png").write_bytes(png)
 
@@ -359,6 +459,12 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
         for i, (_, ftitle, caption, png) in figs:
             body.append(fig_html(i, ftitle, caption, png))
             md += [f"![{ftitle}]({files_dir.name}/fig{i:02d}.png)", "", caption, ""]
+    for i, (_, ftitle, caption, png) in enumerate(figures):  # the model sections' figures
+        mbody = [fig_html(i, ftitle, caption, png) if b == f"<!--fig{i}-->" else b for b in mbody]
+        mmd = [f"![{ftitle}]({files_dir.name}/fig{i:02d}.png)\n\n{caption}"
+               if b == f"<!--fig{i}-->" else b for b in mmd]
+    body += mbody
+    md += mmd
     body.append("<h2>Metrics</h2><dl>" + "".join(
         f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in METRIC_NOTES) + "</dl>")
     md += ["## Metrics", ""] + [f"- `{k}`: {v}" for k, v in METRIC_NOTES]

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pandas as pd
@@ -87,6 +87,24 @@ def load_params_from_results(path: Path) -> tuple[dict[str, float], dict[str, An
     except Exception as exc:  # pandas/pyarrow raise many types for bad files
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"--from-results: cannot read {path}: {first}") from None
+    overrides = params_from_table(df, str(path))
+    info: dict[str, Any] = {"path": str(path), "rows": len(df)}
+    if "world_size" in df.columns:
+        ws = pd.to_numeric(df["world_size"], errors="coerce").dropna()
+        if len(ws):
+            info["world_size_median"] = float(ws.median())
+    return overrides, info
+
+
+def params_from_table(df: pd.DataFrame, source: str = "results") -> dict[str, float]:
+    """:class:`ModelParams` overrides (s) from a records/results table: the
+    median of each :data:`RESULT_COLUMNS` column, preferring the rows of
+    :data:`_PREFERRED_ROWS` (see :func:`load_params_from_results`).
+
+    Raises:
+        InputError: no usable column, or a negative (or zero step) median.
+    """
+    path = source
     strategy = df["strategy"].astype(str) if "strategy" in df.columns else None
     overrides: dict[str, float] = {}
     for column, param in RESULT_COLUMNS.items():
@@ -109,12 +127,7 @@ def load_params_from_results(path: Path) -> tuple[dict[str, float], dict[str, An
     if not overrides:
         raise InputError(f"--from-results: {path} has no usable column (need a number in one "
                          f"of: {', '.join(RESULT_COLUMNS)})")
-    info: dict[str, Any] = {"path": str(path), "rows": len(df)}
-    if "world_size" in df.columns:
-        ws = pd.to_numeric(df["world_size"], errors="coerce").dropna()
-        if len(ws):
-            info["world_size_median"] = float(ws.median())
-    return overrides, info
+    return overrides
 
 
 def _fmt_interval(seconds: float | None) -> str:
@@ -204,7 +217,7 @@ def crossovers(params: ModelParams, gpus: Sequence[int],
     return {"analytic": [asdict(c) for c in analytic], "simulated": simulated}
 
 
-def write_plot(path: Path, params: ModelParams, gpus: Sequence[int],
+def write_plot(path: Path | BinaryIO, params: ModelParams, gpus: Sequence[int],
                rows: list[dict[str, Any]]) -> None:
     """PNG of wasted GPU-hours/day and goodput vs world size (log x): analytic
     curves over 8..100000 GPUs (wider if the table is), simulated means with

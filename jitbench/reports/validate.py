@@ -116,30 +116,43 @@ def predict_run(run: pd.Series, phases: dict[str, float]) -> float | None:
     return None
 
 
+def _phases(runs: pd.DataFrame, failures: pd.DataFrame, strategy: str) -> dict[str, float]:
+    """Median phase costs (s) of ``runs`` and their ``failures``."""
+    if not failures.empty and "run_dir" in failures.columns and "run_dir" in runs.columns:
+        failures = failures[failures["run_dir"].isin(runs["run_dir"])]
+    phases = {k: _median(failures, k) for k in ("detect_s", "save_s", "restart_s", "restore_s")}
+    phases["step_s"] = _median(runs, "step_s")
+    phases["checkpoint_s"] = _median(runs, "checkpoint_s")
+    if not str(strategy).startswith("jit"):
+        phases["save_s"] = 0.0
+    return phases
+
+
 def validation_table(runs: pd.DataFrame, failures: pd.DataFrame) -> pd.DataFrame:
     """Measured vs predicted wasted GPU-seconds per (workload, strategy).
 
     Only runs with at least one failure and a measured ``wasted_gpu_s`` count.
+    Out of sample where possible: when a group holds several runs (seeds or
+    repeats), each run is predicted from the phase medians of the group's
+    *other* runs (leave-one-out), so a run's own recovery times never enter
+    its prediction; a group of one run is predicted from its own medians
+    (``phases_from``: ``other runs`` or ``own run``).
+
     Columns: ``workload, strategy, runs, failures, measured_wasted_gpu_s,
-    predicted_wasted_gpu_s, error_pct, within_tolerance``.
+    predicted_wasted_gpu_s, error_pct, within_tolerance, phases_from``.
     """
     out = []
     if runs.empty or "num_failures" not in runs.columns:
         return pd.DataFrame(columns=["workload", "strategy", "runs", "failures",
                                      "measured_wasted_gpu_s", "predicted_wasted_gpu_s",
-                                     "error_pct", "within_tolerance"])
+                                     "error_pct", "within_tolerance", "phases_from"])
     faulty = runs[pd.to_numeric(runs["num_failures"], errors="coerce").fillna(0) > 0]
     for (workload, strategy), grp in faulty.groupby(["workload", "strategy"], sort=True):
-        fgrp = failures
-        if not failures.empty and "run_dir" in failures.columns and "run_dir" in grp.columns:
-            fgrp = failures[failures["run_dir"].isin(grp["run_dir"])]
-        phases = {k: _median(fgrp, k) for k in ("detect_s", "save_s", "restart_s", "restore_s")}
-        phases["step_s"] = _median(grp, "step_s")
-        phases["checkpoint_s"] = _median(grp, "checkpoint_s")
-        if not str(strategy).startswith("jit"):
-            phases["save_s"] = 0.0
+        loo = len(grp) > 1 and "run_dir" in grp.columns
+        own = _phases(grp, failures, str(strategy))
         preds, meas = [], []
-        for _, row in grp.iterrows():
+        for idx, row in grp.iterrows():
+            phases = _phases(grp.drop(index=idx), failures, str(strategy)) if loo else own
             p = predict_run(row, phases)
             m = row.get("wasted_gpu_s")
             if p is None or m is None or (isinstance(m, float) and math.isnan(m)):
@@ -154,5 +167,6 @@ def validation_table(runs: pd.DataFrame, failures: pd.DataFrame) -> pd.DataFrame
                     "failures": int(pd.to_numeric(grp["num_failures"]).sum()),
                     "measured_wasted_gpu_s": measured, "predicted_wasted_gpu_s": predicted,
                     "error_pct": err,
-                    "within_tolerance": bool(abs(err) <= TOLERANCE_PCT)})
+                    "within_tolerance": bool(abs(err) <= TOLERANCE_PCT),
+                    "phases_from": "other runs" if loo else "own run"})
     return pd.DataFrame(out)

@@ -87,29 +87,48 @@ def _cli(*args, cwd=None, timeout=400):
 @pytest.mark.timeout(600)
 def test_sweep_report_gate(tmp_path):
     sw = tmp_path / "sweep"
-    p = _cli("sweep", "--workloads", "gpt", "--sizes", "gpt=tiny", "--strategies", "jit",
-             "--faults", "kill", "--steps", "10", "--fault-step", "5", "--batch-size", "4",
-             "--out", str(sw))
+    """A seeded Poisson campaign (MTBF 5 steps: kills at steps 4 and 9, rank 0)
+    under jit and periodic:3, twice each, then the report (with the model
+    sections), the model validation (each run predicted from the other run's
+    phase costs, within 15%) and the gate."""
+    sw = tmp_path / "sweep"
+    p = _cli("sweep", "--workloads", "gpt", "--sizes", "gpt=tiny", "--strategies",
+             "jit,periodic:3", "--faults", "kill", "--steps", "12", "--fault-mtbf-steps", "5",
+             "--batch-size", "4", "--repeats", "2", "--out", str(sw))
     assert p.returncode == 0, p.stderr[-3000:]
     t = pd.read_parquet(sw / "results.parquet")
-    assert len(t) == 1 and list(t["strategy"]) == ["jit"] and list(t["fault"]) == ["kill"]
+    assert list(t["strategy"]) == ["jit", "jit", "periodic:3", "periodic:3"]
+    assert list(t["fault"]) == ["kill"] * 4
     assert t["state_equal"].all() and t["replay_ok"].all()
-    assert list(t["replayed_steps"]) == [0]
+    assert list(t["num_failures"]) == [2] * 4
+    # jit replays nothing; periodic:3 replays step 7-8 for the kill in step 9
+    assert list(t["replayed_steps"]) == [0, 0, 2, 2]
     for col in ("wasted_gpu_s", "goodput", "recovery_s", "spec_hash", "machine_torch"):
         assert t[col].notna().all(), col
     assert len(list((sw / "refs").iterdir())) == 1  # one shared reference
     assert json.loads((sw / "sweep.json").read_text())["wall_s"] > 0
 
+    p = _cli("validate", "--strict", "--json", str(sw))
+    assert p.returncode == 0, p.stdout + p.stderr
+    v = {r["strategy"]: r for r in json.loads(p.stdout)}
+    assert set(v) == {"jit", "periodic:3"}
+    assert all(r["failures"] == 4 and r["phases_from"] == "other runs" for r in v.values())
+    assert all(abs(r["error_pct"]) <= 15.0 for r in v.values()), v
+
     p = _cli("report", str(sw))
     assert p.returncode == 0, p.stderr
     page = (sw / "report.html").read_text()
-    assert len(re.findall(r'src="data:image/png;base64,', page)) == 4  # no overhead here
-    assert (sw / "report.md").exists()
+    # recovery, replay, waste, timelines, wasted work at scale (no overhead here)
+    assert len(re.findall(r'src="data:image/png;base64,', page)) == 5
+    assert "Model vs measurement" in page and "From this machine to 100,000 GPUs" in page
+    md = (sw / "report.md").read_text()
+    assert "| gpt | periodic:3 | 2 | 4 |" in md and "| 100000 | jit |" in md
 
     p = _cli("gate", "--baseline", str(sw / "results.csv"), str(sw))
     assert p.returncode == 0 and "gate: PASS" in p.stdout, p.stdout + p.stderr
     doctored = t.copy()
-    doctored.loc[0, "restore_s"] = doctored.loc[0, "restore_s"] * 10 + 5.0
+    jit = doctored["strategy"] == "jit"
+    doctored.loc[jit, "restore_s"] = doctored.loc[jit, "restore_s"] * 10 + 5.0
     doctored.to_csv(tmp_path / "doctored.csv", index=False)
     p = _cli("gate", "--baseline", str(sw / "results.csv"), str(tmp_path / "doctored.csv"))
     assert p.returncode == 5, p.stdout + p.stderr
