@@ -94,3 +94,23 @@ def test_expected_order_and_replay_bounds():
     assert campaign.max_replay("none", 8) == 8
     assert campaign.expected_order("periodic:3", 1) == ["fault", "failure", "restart", "restore",
                                                          "step"]
+
+
+@pytest.mark.parametrize("faults, needle", [
+    ([(0, 1, 2)], None),
+    ([(0, 1, 2), (1, 1, 5)], None),  # one failure each
+    # field-seen (stress): term@1:2 failed rank 1 inside step 2 after its gradient
+    # arrived; rank 0 finished step 2 and met kill@0:3 in the same attempt
+    ([(0, 1, 2), (0, 0, 3)], None),
+    ([(0, 1, 2), (0, 0, 4)], "kill@0:4 fired in attempt 0 after term@1:2"),
+    ([(0, 1, 2), (0, 1, 3)], "kill@1:3 fired in attempt 0 after term@1:2"),
+])
+def test_faults_sharing_an_attempt(faults, needle):
+    evs = [{"event": "fault", "attempt": a, "rank": r, "step": s, "t_mono": float(i),
+            "fault_id": f"{'term' if i == 0 else 'kill'}@{r}:{s}"}
+           for i, (a, r, s) in enumerate(faults)]
+    v = campaign._coincident_fault_violations(evs)
+    if needle is None:
+        assert v == []
+    else:
+        assert len(v) == 1 and needle in v[0], v
