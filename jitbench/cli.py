@@ -366,7 +366,8 @@ def model(
     save_s: Annotated[float, typer.Option(help="JIT checkpoint save (s).")] = 30.0,
     restore_s: Annotated[float, typer.Option(help="Checkpoint restore (s).")] = 60.0,
     from_results: Annotated[Path | None, typer.Option(
-        help="Records table (CSV/Parquet) of measured runs: its medians replace the costs.")]
+        help="Records table (CSV/Parquet) of measured runs, or a sweep directory: its "
+        "medians replace the costs.")]
     = None,
     horizon_hours: Annotated[float, typer.Option(help="Simulated job length (h).")] = 720.0,
     trials: Annotated[int, typer.Option(help="Monte Carlo trials per point.")] = 100,

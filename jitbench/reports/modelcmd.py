@@ -61,7 +61,8 @@ class InputError(ValueError):
 
 
 def load_params_from_results(path: Path) -> tuple[dict[str, float], dict[str, Any]]:
-    """Median model parameters from a records table (CSV or Parquet, one row per run).
+    """Median model parameters from a records table (CSV or Parquet, one row per
+    run), or the results table of a sweep directory.
 
     For each column of :data:`RESULT_COLUMNS` present, the median over rows
     where it is a finite number (NaN-tolerant). Where a ``strategy`` column
@@ -72,6 +73,14 @@ def load_params_from_results(path: Path) -> tuple[dict[str, float], dict[str, An
     missing/unreadable file, no usable column, or a negative (or zero step)
     value.
     """
+    if path.is_dir():  # a sweep directory: its results table
+        for name in ("results.parquet", "results.csv", "records.csv"):
+            if (path / name).is_file():
+                path = path / name
+                break
+        else:
+            raise InputError(f"--from-results: {path} holds no results.parquet, results.csv "
+                             "or records.csv")
     if not path.is_file():
         raise InputError(f"--from-results: no such file: {path}")
     suffix = path.suffix.lower()

@@ -250,8 +250,13 @@ def test_model_main_from_results(tmp_path, capsys):
         "checkpoint_s": [np.nan, np.nan, np.nan, 8.0, 12.0],
         "world_size": [4, 4, 4, 4, 4],
     })
-    for path in (tmp_path / "r.csv", tmp_path / "r.parquet"):
-        df.to_csv(path, index=False) if path.suffix == ".csv" else df.to_parquet(path)
+    (tmp_path / "sweep").mkdir()
+    df.to_parquet(tmp_path / "sweep" / "results.parquet")
+    for path in (tmp_path / "r.csv", tmp_path / "r.parquet", tmp_path / "sweep"):
+        if path.suffix == ".csv":
+            df.to_csv(path, index=False)
+        elif path.suffix == ".parquet":
+            df.to_parquet(path)
         assert model_main(**{**ARGS, "from_results": path}) == 0
         out = json.loads(capsys.readouterr().out)
         params, sources = out["params"], out["sources"]
@@ -281,7 +286,9 @@ def test_model_main_bad_results_file(tmp_path, capsys):
     garbage.write_bytes(b"not parquet at all")
     negative = tmp_path / "n.csv"
     negative.write_text("save_s\n-3\n")
-    for path in (tmp_path / "missing.csv", no_cols, garbage, negative, tmp_path / "x.json"):
+    (tmp_path / "empty").mkdir()
+    for path in (tmp_path / "missing.csv", no_cols, garbage, negative, tmp_path / "x.json",
+                 tmp_path / "empty"):
         if path.suffix == ".json":
             path.write_text("{}")
         assert model_main(**{**ARGS, "from_results": path}) == 2, path
