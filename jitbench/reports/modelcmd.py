@@ -255,15 +255,18 @@ def write_plot(path: Path | BinaryIO, params: ModelParams, gpus: Sequence[int],
                         label=f"{s} (simulated, p5-p95)")
     ax_w.set(xscale="log", yscale="log", xlabel="world size N (GPUs)",
              ylabel="wasted GPU-hours per day", title="Wasted GPU time (lines: analytic model)")
+    lows = [e.goodput for s in STRATEGIES for e in (estimate(s, int(n), params) for n in grid)]
+    lows += [r["sim_goodput_p5"] for r in rows]
+    bottom = max(0.0, math.floor((min(lows) - 0.005) * 100) / 100)  # zoom in on high goodput
     ax_g.set(xscale="log", xlabel="world size N (GPUs)", ylabel="goodput (useful / total GPU time)",
-             title="Goodput", ylim=(0, 1.02))
+             title="Goodput", ylim=(bottom, 1.0 + (1.0 - bottom) * 0.02))
     for ax in (ax_w, ax_g):
         ax.grid(True, which="both", alpha=0.3)
     ax_g.legend(fontsize=7, loc="lower left")
-    fig.suptitle(f"MTBF {params.mtbf_hours_per_gpu:,.0f} h/GPU, step {params.step_s:g} s, "
-                 f"checkpoint {params.checkpoint_s:g} s, restart {params.restart_s:g} s, "
-                 f"detect {params.detect_s:g} s, save {params.save_s:g} s, "
-                 f"restore {params.restore_s:g} s", fontsize=9)
+    fig.suptitle(f"MTBF {params.mtbf_hours_per_gpu:,.0f} h/GPU, step {params.step_s:.3g} s, "
+                 f"checkpoint {params.checkpoint_s:.3g} s, restart {params.restart_s:.3g} s, "
+                 f"detect {params.detect_s:.3g} s, save {params.save_s:.3g} s, "
+                 f"restore {params.restore_s:.3g} s", fontsize=9)
     fig.savefig(path, dpi=120)
 
 
