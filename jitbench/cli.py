@@ -392,6 +392,8 @@ def validate(
                                                  "failures.csv below it) or a records table.")],
     strict: Annotated[bool, typer.Option(help="Exit 4 when a group is outside the "
                                               "tolerance.")] = False,
+    csv_path: Annotated[Path | None, typer.Option("--csv", help="Also write the table as "
+                                                  "CSV here.")] = None,
     as_json: Json = False,
 ) -> None:
     """Model-predicted vs measured wasted GPU time for measured fault campaigns."""
@@ -402,6 +404,11 @@ def validate(
     except (FileNotFoundError, ValueError, OSError) as exc:
         raise InputError(str(exc)) from exc
     table = validation_table(runs, failures)
+    if csv_path is not None and not table.empty:
+        try:
+            table.to_csv(csv_path, index=False)
+        except OSError as exc:
+            raise InputError(f"--csv: cannot write {csv_path}: {exc.strerror}") from None
     if as_json:
         print(table.to_json(orient="records"))
     else:
