@@ -121,9 +121,12 @@ class SweepConfig:
                              mtbf_steps=self.fault_mtbf_steps, max_faults=self.fault_count)
         else:
             faults = [FaultSpec(fault, self.fault_rank, self.fault_step)]
-        return RunSpec(workload=wl, strategy=strategy, faults=faults, nproc=self.nproc,
+        spec = RunSpec(workload=wl, strategy=strategy, faults=faults, nproc=self.nproc,
                        hang_floor_s=self.hang_floor_s, hang_first_s=self.hang_first_s,
                        mtbf_s=self.mtbf_s if Strategy.parse(strategy).auto else None)
+        # a campaign's restart budget covers every planned fault (one restart each)
+        spec.max_restarts = max(spec.max_restarts, len(faults))
+        return spec
 
     def cells(self) -> list[tuple[str, str, str, int, int]]:
         """``(workload, strategy, fault, seed, repeat)`` of every run, in run order."""

@@ -31,6 +31,8 @@ def test_poisson_sweep_gives_every_strategy_of_a_seed_the_same_trace():
     assert a != b  # the seed draws the trace
     assert a == [f.step for f in _cfg().spec("gpt", "jit", "kill", 0).faults]  # replayable
     assert len(_cfg(fault_count=1).spec("gpt", "jit", "kill", 0).faults) == 1
+    long = _cfg(steps=200).spec("gpt", "jit", "kill", 0)
+    assert len(long.faults) > 3 and long.max_restarts == len(long.faults)  # budget covers them
     assert cfg.spec("gpt", "jit", None, 0).faults == []  # the reference
 
 
