@@ -415,8 +415,13 @@ def validate(
         from rich.table import Table
 
         t = Table(title=f"model vs measured wasted GPU-s (tolerance {TOLERANCE_PCT:.0f}%)")
+        labels = {"workload": "workload", "strategy": "strategy", "fault": "fault",
+                  "runs": "runs", "failures": "fails", "measured_wasted_gpu_s": "measured",
+                  "predicted_wasted_gpu_s": "predicted", "error_pct": "error %",
+                  "within_tolerance": "ok", "phases_from": "costs from"}
         for col in table.columns:
-            t.add_column(col, justify="right")
+            t.add_column(labels.get(col, col), justify="left" if col in (
+                "workload", "strategy", "fault", "phases_from") else "right")
         for _, row in table.iterrows():
             t.add_row(*[f"{v:.2f}" if isinstance(v, float) else str(v) for v in row])
         out.print(t)

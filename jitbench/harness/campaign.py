@@ -187,7 +187,7 @@ def _coincident_fault_violations(evs: list[dict]) -> list[str]:
         fs.sort(key=lambda e: e["t_mono"])
         first = fs[0]
         for later in fs[1:]:
-            if later["rank"] == first["rank"] or later["step"] > first["step"] + 1:
+            if later["rank"] == first["rank"] or not 0 <= later["step"] - first["step"] <= 1:
                 v.append(f"faults: {later['fault_id']} fired in attempt {attempt} after "
                          f"{first['fault_id']} without a failure between them")
     return v

@@ -124,8 +124,8 @@ class SweepConfig:
         spec = RunSpec(workload=wl, strategy=strategy, faults=faults, nproc=self.nproc,
                        hang_floor_s=self.hang_floor_s, hang_first_s=self.hang_first_s,
                        mtbf_s=self.mtbf_s if Strategy.parse(strategy).auto else None)
-        # a campaign's restart budget covers every planned fault (one restart each)
-        spec.max_restarts = max(spec.max_restarts, len(faults))
+        # a campaign's restart budget covers every planned fault (one restart each) + 1
+        spec.max_restarts = max(spec.max_restarts, len(faults) + 1)
         return spec
 
     def cells(self) -> list[tuple[str, str, str, int, int]]:

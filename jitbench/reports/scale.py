@@ -72,7 +72,9 @@ def at_scale(table, mtbf_hours_per_gpu: float | None = None,
         mtbf_hours_per_gpu: per-GPU MTBF (h); default the Llama 3 figure.
 
     Returns:
-        None when the table holds no usable cost column.
+        None unless the table holds measured recovery costs (restart and
+        detection: runs with failures); costs it lacks keep the model's
+        defaults and are listed as such.
     """
     from jitbench.reports import model as m
     from jitbench.reports import modelcmd
@@ -80,6 +82,8 @@ def at_scale(table, mtbf_hours_per_gpu: float | None = None,
     try:
         overrides = modelcmd.params_from_table(table)
     except modelcmd.InputError:
+        return None
+    if not {"restart_s", "detect_s"} <= set(overrides):
         return None
     mtbf = mtbf_hours_per_gpu or m.LLAMA3_MTBF_HOURS_PER_GPU
     params = replace(m.ModelParams(mtbf_hours_per_gpu=mtbf), **overrides)

@@ -24,6 +24,8 @@ Predictions per run of ``n`` GPUs (ranks), ``k`` failures:
   fault steps (the model has no closed form without a failure-time law).
 
 ``error_pct = 100 (predicted - measured) / measured`` over the group's total.
+Groups are (workload, strategy, fault kind); each run is predicted from the
+phase medians of the group's other runs when it has several (leave-one-out).
 """
 
 from __future__ import annotations
@@ -48,13 +50,25 @@ def _interval(strategy: str) -> int | None:
 
 
 def load_results(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Runs and failures from a results directory (every ``records.csv`` and
-    ``failures.csv`` below it) or from one records table (CSV/Parquet).
+    """Runs and failures from a sweep directory (its results table and each
+    run's ``failures.csv``), another directory (every ``records.csv`` and
+    ``failures.csv`` below it) or one records table (CSV/Parquet; the phase
+    costs come from a ``failures.csv`` beside it, else from its own columns).
 
     Raises:
         FileNotFoundError: nothing usable at ``path``.
     """
     p = Path(path)
+    table = next((p / n for n in ("results.parquet", "results.csv") if (p / n).is_file()), None)
+    if p.is_dir() and table is not None:  # a sweep: its table, each run's failures
+        runs = pd.read_parquet(table) if table.suffix == ".parquet" else pd.read_csv(table)
+        fails = []
+        for rd in runs.get("run_dir", pd.Series(dtype=str)).dropna().astype(str):
+            for cand in (Path(rd), p / "runs" / Path(rd).name, p / Path(rd).name):
+                if (cand / "failures.csv").is_file():
+                    fails.append(pd.read_csv(cand / "failures.csv"))
+                    break
+        return runs, pd.concat(fails, ignore_index=True) if fails else pd.DataFrame()
     if p.is_dir():
         recs = [pd.read_csv(f) for f in sorted(p.rglob("records.csv"))]
         fails = [pd.read_csv(f) for f in sorted(p.rglob("failures.csv"))]
@@ -71,11 +85,22 @@ def load_results(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return runs, failures
 
 
-def _median(df: pd.DataFrame, col: str) -> float:
+def _median(df: pd.DataFrame, col: str) -> float | None:
+    """Median of the finite values of ``df[col]``; None when there is none."""
     if col not in df.columns:
-        return 0.0
-    v = pd.to_numeric(df[col], errors="coerce").dropna()
-    return float(v.median()) if len(v) else 0.0
+        return None
+    v = pd.to_numeric(df[col], errors="coerce")
+    v = v[v.map(lambda x: math.isfinite(x))]
+    return float(v.median()) if len(v) else None
+
+
+def _num(run: pd.Series, col: str, default: float | None = None) -> float | None:
+    """A finite number from a records row, else ``default``."""
+    try:
+        x = float(run.get(col))
+    except (TypeError, ValueError):
+        return default
+    return x if math.isfinite(x) else default
 
 
 def predict_run(run: pd.Series, phases: dict[str, float]) -> float | None:
@@ -90,37 +115,49 @@ def predict_run(run: pd.Series, phases: dict[str, float]) -> float | None:
     Returns:
         GPU-seconds, or None for a strategy the model does not cover.
     """
-    n = float(run["world_size"])
-    k = float(run.get("num_failures", 0) or 0)
-    step = phases["step_s"]
+    n = _num(run, "world_size")
+    k = _num(run, "num_failures", 0.0)
+    step = phases.get("step_s")
+    if not n or n <= 0 or not step or step <= 0:
+        return None
+    needed = ["detect_s", "restart_s", "restore_s"]
     strategy = str(run["strategy"])
     interval = _interval(strategy)
     if strategy.startswith("periodic") and interval:
-        t = float(run.get("train_wall_s") or 0.0)
-        saves = float(run.get("checkpoint_saves") or 0.0)
-        if t <= 0:
+        t = _num(run, "train_wall_s", 0.0)
+        saves = _num(run, "checkpoint_saves", 0.0)
+        if t <= 0 or any(phases.get(x) is None for x in needed):
             return None
         r = phases["detect_s"] + phases["restart_s"] + phases["restore_s"]
         c = 1.0 / (interval * step)
         f = k / (n * t)
         # the model charges c*t checkpoints; the run's own count is exact
         w = periodic_wasted_gpu_s(n, t, 0.0, c, f, r)
-        return w + n * saves * phases["checkpoint_s"]
+        return w + n * saves * (phases.get("checkpoint_s") or 0.0)
     if strategy == "jit":
+        if any(phases.get(x) is None for x in needed + ["save_s"]):
+            return None
         return n * k * (phases["detect_s"] + phases["save_s"] + phases["restart_s"]
                         + phases["restore_s"] + step / 2.0)
     if strategy == "none":
+        if any(phases.get(x) is None for x in needed):
+            return None
         r = phases["detect_s"] + phases["restart_s"] + phases["restore_s"]
-        replay = float(run.get("replayed_steps") or 0.0)
+        replay = _num(run, "replayed_steps", 0.0)
         return n * (k * (r + step / 2.0) + replay * step)
     return None
 
 
-def _phases(runs: pd.DataFrame, failures: pd.DataFrame, strategy: str) -> dict[str, float]:
-    """Median phase costs (s) of ``runs`` and their ``failures``."""
+PHASES = ("detect_s", "save_s", "restart_s", "restore_s")
+
+
+def _phases(runs: pd.DataFrame, failures: pd.DataFrame, strategy: str) -> dict[str, float | None]:
+    """Median phase costs (s) of ``runs``: per failure from ``failures`` (rows
+    of these runs); without per-failure rows, the runs' own summary columns."""
     if not failures.empty and "run_dir" in failures.columns and "run_dir" in runs.columns:
         failures = failures[failures["run_dir"].isin(runs["run_dir"])]
-    phases = {k: _median(failures, k) for k in ("detect_s", "save_s", "restart_s", "restore_s")}
+    src = failures if not failures.empty else runs
+    phases = {k: _median(src, k) for k in PHASES}
     phases["step_s"] = _median(runs, "step_s")
     phases["checkpoint_s"] = _median(runs, "checkpoint_s")
     if not str(strategy).startswith("jit"):
@@ -128,45 +165,64 @@ def _phases(runs: pd.DataFrame, failures: pd.DataFrame, strategy: str) -> dict[s
     return phases
 
 
+def fault_kind(runs: pd.DataFrame) -> pd.Series:
+    """The fault kind of each run: the ``fault`` column of a sweep, else the
+    kinds of the ``faults`` column of records (``kill@1:7,...``), joined by ``+``."""
+    if "fault" in runs.columns:
+        return runs["fault"].fillna("none").astype(str)
+    if "faults" in runs.columns:
+        return runs["faults"].fillna("").astype(str).map(
+            lambda x: "+".join(sorted({f.split("@")[0] for f in x.split(",") if f})) or "none")
+    return pd.Series("?", index=runs.index)
+
+
+COLUMNS = ["workload", "strategy", "fault", "runs", "failures", "measured_wasted_gpu_s",
+           "predicted_wasted_gpu_s", "error_pct", "within_tolerance", "phases_from"]
+
+
 def validation_table(runs: pd.DataFrame, failures: pd.DataFrame) -> pd.DataFrame:
-    """Measured vs predicted wasted GPU-seconds per (workload, strategy).
+    """Measured vs predicted wasted GPU-seconds per (workload, strategy, fault kind).
 
-    Only runs with at least one failure and a measured ``wasted_gpu_s`` count.
-    Out of sample where possible: when a group holds several runs (seeds or
-    repeats), each run is predicted from the phase medians of the group's
-    *other* runs (leave-one-out), so a run's own recovery times never enter
-    its prediction; a group of one run is predicted from its own medians
-    (``phases_from``: ``other runs`` or ``own run``).
+    Only runs with at least one failure, a measured ``wasted_gpu_s`` and the
+    costs the model needs count. Groups are per fault kind because detection
+    differs by orders of magnitude (a killed peer: milliseconds; a hang: the
+    watchdog bound). Out of sample where possible: when a group holds several
+    runs (seeds or repeats), each run is predicted from the phase medians of
+    the group's *other* runs (leave-one-out), so a run's own recovery times
+    never enter its prediction; a group of one run is predicted from its own
+    medians (``phases_from``: ``other runs`` or ``own run``).
 
-    Columns: ``workload, strategy, runs, failures, measured_wasted_gpu_s,
-    predicted_wasted_gpu_s, error_pct, within_tolerance, phases_from``.
+    Columns: :data:`COLUMNS`.
     """
     out = []
-    if runs.empty or "num_failures" not in runs.columns:
-        return pd.DataFrame(columns=["workload", "strategy", "runs", "failures",
-                                     "measured_wasted_gpu_s", "predicted_wasted_gpu_s",
-                                     "error_pct", "within_tolerance", "phases_from"])
+    if runs.empty or "num_failures" not in runs.columns or "strategy" not in runs.columns:
+        return pd.DataFrame(columns=COLUMNS)
+    runs = runs.assign(fault=fault_kind(runs))
+    if "workload" not in runs.columns:
+        runs["workload"] = "?"
     faulty = runs[pd.to_numeric(runs["num_failures"], errors="coerce").fillna(0) > 0]
-    for (workload, strategy), grp in faulty.groupby(["workload", "strategy"], sort=True):
+    for (workload, strategy, fault), grp in faulty.groupby(["workload", "strategy", "fault"],
+                                                           sort=True):
         loo = len(grp) > 1 and "run_dir" in grp.columns
         own = _phases(grp, failures, str(strategy))
-        preds, meas = [], []
+        preds, meas, nfail = [], [], 0
         for idx, row in grp.iterrows():
             phases = _phases(grp.drop(index=idx), failures, str(strategy)) if loo else own
             p = predict_run(row, phases)
-            m = row.get("wasted_gpu_s")
-            if p is None or m is None or (isinstance(m, float) and math.isnan(m)):
+            m = _num(row, "wasted_gpu_s")
+            if p is None or m is None or not math.isfinite(p):
                 continue
             preds.append(p)
-            meas.append(float(m))
+            meas.append(m)
+            nfail += int(_num(row, "num_failures", 0.0))
         if not meas:
             continue
         measured, predicted = sum(meas), sum(preds)
         err = 100.0 * (predicted - measured) / measured if measured > 0 else float("nan")
-        out.append({"workload": workload, "strategy": strategy, "runs": len(meas),
-                    "failures": int(pd.to_numeric(grp["num_failures"]).sum()),
+        out.append({"workload": workload, "strategy": strategy, "fault": fault,
+                    "runs": len(meas), "failures": nfail,
                     "measured_wasted_gpu_s": measured, "predicted_wasted_gpu_s": predicted,
                     "error_pct": err,
-                    "within_tolerance": bool(abs(err) <= TOLERANCE_PCT),
+                    "within_tolerance": bool(math.isfinite(err) and abs(err) <= TOLERANCE_PCT),
                     "phases_from": "other runs" if loo else "own run"})
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, columns=COLUMNS)

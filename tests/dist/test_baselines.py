@@ -86,7 +86,6 @@ def _cli(*args, cwd=None, timeout=400):
 
 @pytest.mark.timeout(600)
 def test_sweep_report_gate(tmp_path):
-    sw = tmp_path / "sweep"
     """A seeded Poisson campaign (MTBF 5 steps: kills at steps 4 and 9, rank 0)
     under jit and periodic:3, twice each, then the report (with the model
     sections), the model validation (each run predicted from the other run's
@@ -122,7 +121,7 @@ def test_sweep_report_gate(tmp_path):
     assert len(re.findall(r'src="data:image/png;base64,', page)) == 5
     assert "Model vs measurement" in page and "From this machine to 100,000 GPUs" in page
     md = (sw / "report.md").read_text()
-    assert "| gpt | periodic:3 | 2 | 4 |" in md and "| 100000 | jit |" in md
+    assert "| gpt | periodic:3 | kill | 2 | 4 |" in md and "| 100000 | jit |" in md
 
     p = _cli("gate", "--baseline", str(sw / "results.csv"), str(sw))
     assert p.returncode == 0 and "gate: PASS" in p.stdout, p.stdout + p.stderr

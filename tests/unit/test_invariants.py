@@ -104,6 +104,7 @@ def test_expected_order_and_replay_bounds():
     ([(0, 1, 2), (0, 0, 3)], None),
     ([(0, 1, 2), (0, 0, 4)], "kill@0:4 fired in attempt 0 after term@1:2"),
     ([(0, 1, 2), (0, 1, 3)], "kill@1:3 fired in attempt 0 after term@1:2"),
+    ([(0, 1, 3), (0, 0, 2)], "kill@0:2 fired in attempt 0 after term@1:3"),  # an earlier step
 ])
 def test_faults_sharing_an_attempt(faults, needle):
     evs = [{"event": "fault", "attempt": a, "rank": r, "step": s, "t_mono": float(i),

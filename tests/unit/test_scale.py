@@ -32,7 +32,7 @@ def test_poisson_sweep_gives_every_strategy_of_a_seed_the_same_trace():
     assert a == [f.step for f in _cfg().spec("gpt", "jit", "kill", 0).faults]  # replayable
     assert len(_cfg(fault_count=1).spec("gpt", "jit", "kill", 0).faults) == 1
     long = _cfg(steps=200).spec("gpt", "jit", "kill", 0)
-    assert len(long.faults) > 3 and long.max_restarts == len(long.faults)  # budget covers them
+    assert len(long.faults) > 3 and long.max_restarts == len(long.faults) + 1  # budget covers them
     assert cfg.spec("gpt", "jit", None, 0).faults == []  # the reference
 
 
@@ -86,3 +86,21 @@ def test_at_scale_uses_the_measured_costs():
     assert {"restart_s", "checkpoint_s", "step_s"} <= set(sc.measured)
     assert {(r["n_gpus"], r["strategy"]) for r in sc.rows} >= {(8, "jit"), (1024, "periodic")}
     assert scale.at_scale(pd.DataFrame({"x": [1]})) is None
+    assert scale.at_scale(runs) is None  # fault-free costs only: nothing measured to scale
+
+
+def test_validation_survives_missing_and_nan_costs():
+    runs, fails = _runs()
+    runs.loc[0, "step_s"] = float("nan")  # run a: no step time
+    [row] = validation_table(runs, fails).to_dict("records")  # b predicted from a's costs
+    assert row["runs"] == 1 and row["failures"] == 2  # a needs b's step: b has one
+    nan_all = runs.assign(step_s=float("nan"))
+    assert validation_table(nan_all, fails).empty
+    # a records table without failures.csv: the runs' own phase columns
+    own = runs.assign(detect_s=1.0, save_s=0.1, restart_s=5.0, restore_s=0.2, step_s=0.1)
+    [row] = validation_table(own, pd.DataFrame()).to_dict("records")
+    assert row["predicted_wasted_gpu_s"] == pytest.approx(2 * 4 * (1.0 + 0.1 + 5.0 + 0.2 + 0.05))
+    # groups split by fault kind
+    both = pd.concat([own, own.assign(run_dir=["c", "d"], faults="nccl-hang@1:3")])
+    own_k = both.assign(faults=both["faults"].fillna("kill@1:3"))
+    assert sorted(validation_table(own_k, pd.DataFrame())["fault"]) == ["kill", "nccl-hang"]
