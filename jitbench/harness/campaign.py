@@ -18,7 +18,8 @@ of the same spec. The invariants (issue 5, "Nothing lost"):
   on different ranks at most one step apart: a rank that fails inside step k
   may already have sent its gradient of step k, so a peer meets the fault of
   step k + 1 before the agent stops it); the milestones of each recovery come
-  in order (fault, failure, save, restart, restore, step);
+  in order (fault, failure, save, restart, restore, step; the closing step
+  may be missing when the next fault hits the step right after the restore);
 - ``orphans`` / ``ports``: afterwards no process of the run is alive and no
   socket of it listens (the agent's store port included);
 - ``bound``: the run ended within its time bound.
@@ -171,6 +172,37 @@ def expected_order(strategy: str, n_failures: int) -> list[str]:
     return one * n_failures
 
 
+def milestones_ok(order: list[str], strategy: str, evs: list[dict]) -> bool:
+    """``order`` (:func:`metrics.event_order`) is one recovery per attempt in
+    which faults fired, each ``fault, failure, [save,] restart, restore, step``.
+    The closing ``step`` (a step completed after the restore) may be missing
+    when the next attempt's first fault hits the very step after the restored
+    one: that attempt fails before any step completes (seen in the stress
+    campaigns: ``term@1:6`` restored at step 6, ``exit@1:7``)."""
+    attempts = sorted({int(e.get("attempt", 0)) for e in evs if e["event"] == "fault"})
+    first_fault = {}
+    restored: dict[int, int] = {}
+    for e in evs:
+        a = int(e.get("attempt", 0))
+        if e["event"] == "fault":
+            first_fault[a] = min(first_fault.get(a, e["step"]), e["step"])
+        elif e["event"] == "restore" and e.get("phase") == "end":
+            restored[a] = max(restored.get(a, 0), int(e.get("step") or 0))
+    body = expected_order(strategy, 1)[:-1]
+    pos = 0
+    for j, a in enumerate(attempts):
+        nxt = attempts[j + 1] if j + 1 < len(attempts) else None
+        optional = nxt == a + 1 and first_fault[nxt] <= restored.get(nxt, 0) + 1
+        if order[pos:pos + len(body)] != body:
+            return False
+        pos += len(body)
+        if pos < len(order) and order[pos] == "step":
+            pos += 1
+        elif not optional:
+            return False
+    return pos == len(order)
+
+
 def _coincident_fault_violations(evs: list[dict]) -> list[str]:
     """Faults that fired in one attempt are one failure of the job only when the
     later ones hit other ranks at most one step after the first: a rank that
@@ -230,7 +262,7 @@ def check(summary: dict, spec: RunSpec, run_dir: str | Path, reference_dir: str 
                      f"{summary.get('attempts')} attempts for {len(planned)} faults "
                      f"fired in {failed} attempts")
         order = metrics.event_order(run_dir)
-        if order != expected_order(spec.strategy, failed):
+        if not milestones_ok(order, spec.strategy, evs):
             v.append(f"faults: recovery milestones {order}")
     alive = run_processes(run_dir)
     if alive:

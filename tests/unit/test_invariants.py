@@ -115,3 +115,23 @@ def test_faults_sharing_an_attempt(faults, needle):
         assert v == []
     else:
         assert len(v) == 1 and needle in v[0], v
+
+
+ONE = ["fault", "failure", "save", "restart", "restore"]
+
+
+@pytest.mark.parametrize("faults, restored, order, ok", [
+    ([(0, 6)], {1: 5}, ONE + ["step"], True),
+    ([(0, 6)], {1: 5}, ONE, False),  # recovered but no step after it
+    # field-seen (stress): restored at step 6 in attempt 1, whose first fault hits step 7
+    ([(0, 6), (1, 7)], {1: 6, 2: 6}, ONE + ONE + ["step"], True),
+    ([(0, 6), (1, 7)], {1: 6, 2: 6}, ONE + ["step"] + ONE + ["step"], True),
+    ([(0, 6), (1, 8)], {1: 6, 2: 7}, ONE + ONE + ["step"], False),  # step 7 must complete
+    ([(0, 6), (1, 7)], {1: 6, 2: 6}, ONE + ONE, False),  # the last recovery needs its step
+    ([(0, 6), (1, 7)], {1: 6, 2: 6}, ONE + ["step", "step"] + ONE + ["step"], False),
+])
+def test_milestones(faults, restored, order, ok):
+    evs = [{"event": "fault", "attempt": a, "step": s} for a, s in faults]
+    evs += [{"event": "restore", "phase": "end", "attempt": a, "step": s}
+            for a, s in restored.items()]
+    assert campaign.milestones_ok(order, "jit", evs) is ok
