@@ -184,12 +184,16 @@ def test_report_is_one_self_contained_html_with_every_plot(tmp_path):
     html_path, md_path = write_report(tmp_path)
     page = html_path.read_text()
     imgs = re.findall(r'<img [^>]*src="([^"]+)"', page)
-    assert len(imgs) == 5  # recovery phases, replay, wasted, timelines, overhead
+    # recovery phases, replay, wasted, timelines, overhead, and the model at scale
+    # (the table holds measured restart and detection costs)
+    assert len(imgs) == 6
     assert all(src.startswith("data:image/png;base64,") for src in imgs)
     assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing fetched from a network
     assert "<style>" in page and "state equal" in page
     md = md_path.read_text()
-    assert md.count("![") == 5 and "| gpt |" in md
+    assert md.count("![") == 6 and "| gpt |" in md
+    assert "From this machine to 100,000 GPUs" in page and "restart_s" in page
+    assert "Model vs measurement" not in page  # no failure counts to validate against
     with pytest.raises(SpecError):
         write_report(tmp_path / "runs")
 
