@@ -23,11 +23,18 @@ from tests.conftest import small_spec
 pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(240)]
 
 
+def _interactive() -> None:
+    """SIGINT at its default, as in a terminal: a shell starts background jobs
+    (``cmd &``, e.g. a CI script) with SIGINT ignored, and Python keeps an
+    inherited SIG_IGN, so Ctrl-C would never reach the CLI under test."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(run_dir: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "jitbench.cli", "run", "--fault", "none", "--size", "tiny",
          "--steps", "2000", "--batch-size", "2", "--no-reference", "--run-dir", str(run_dir)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_interactive)
 
 
 def _wait_for_steps(run_dir: Path, n: int, timeout_s: float = 120) -> None:
