@@ -15,6 +15,7 @@ timing regression; 6 the gate refused incomparable results.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 import time
@@ -276,6 +277,9 @@ def register(app: typer.Typer) -> None:
         from jitbench.harness.sweep import load_results
         from jitbench.reports import gate as g
 
+        for flag, v in (("--tolerance", tolerance), ("--floor-s", floor_s)):
+            if not (math.isfinite(v) and v >= 0):
+                raise SpecError(f"{flag} must be a finite number >= 0, got {v}")
         base_t, new_t = load_results(baseline), load_results(results)
         try:
             verdict = g.compare(base_t, new_t, tolerance=tolerance, floor_s=floor_s,

@@ -402,13 +402,16 @@ def validate(
     try:
         runs, failures = load_results(results)
     except (FileNotFoundError, ValueError, OSError) as exc:
-        raise InputError(str(exc)) from exc
+        msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InputError(msg if str(results) in msg else f"{results}: {msg}") from None
     table = validation_table(runs, failures)
-    if csv_path is not None and not table.empty:
+    if table.empty:
+        raise InputError(f"{results}: no run with a failure to validate against")
+    if csv_path is not None:
         try:
             table.to_csv(csv_path, index=False)
         except OSError as exc:
-            raise InputError(f"--csv: cannot write {csv_path}: {exc.strerror}") from None
+            raise InputError(f"--csv: cannot write {csv_path}: {exc.strerror or exc}") from None
     if as_json:
         print(table.to_json(orient="records"))
     else:
@@ -425,8 +428,6 @@ def validate(
         for _, row in table.iterrows():
             t.add_row(*[f"{v:.2f}" if isinstance(v, float) else str(v) for v in row])
         out.print(t)
-    if table.empty:
-        raise InputError(f"{results}: no run with a failure to validate against")
     if strict and not table["within_tolerance"].all():
         raise typer.Exit(EXIT_INCORRECT)
 

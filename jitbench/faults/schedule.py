@@ -355,8 +355,10 @@ def plan_from_options(kind: str | None, rank: int, step: int | None, steps: int,
         cls.resolve(parsed)
     except ValueError as exc:
         raise ScheduleError(str(exc)) from None
-    if count is not None and every_steps is None:
-        raise ScheduleError("--fault-count needs --fault-every")
+    if count is not None and every_steps is None and mtbf_steps is None and mtbf_s is None:
+        raise ScheduleError("--fault-count needs --fault-every or --fault-mtbf-steps/-s")
+    if count is not None and count < 1:
+        raise ScheduleError(f"--fault-count must be >= 1, got {count}")
     if mtbf_steps is not None or mtbf_s is not None:
         faults = poisson([kind], [rank], steps, seed, mtbf_steps=mtbf_steps, mtbf_s=mtbf_s,
                          horizon_s=None, start_step=1 if step is None else step,

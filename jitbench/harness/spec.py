@@ -159,6 +159,8 @@ class RunSpec:
             raise SpecError(f"--rdzv-endpoint must be HOST:PORT, got {self.rdzv_endpoint!r}")
         if self.workload.steps < 1:
             raise SpecError(f"--steps must be >= 1, got {self.workload.steps}")
+        if not 0 <= self.workload.seed < 2**32:  # numpy's seed range
+            raise SpecError(f"--seed must be in [0, 2**32), got {self.workload.seed}")
         if self.workload.batch_size < 1 or self.workload.grad_accum < 1:
             raise SpecError("batch size and gradient accumulation must be >= 1")
         for name in ("hang_floor_s", "hang_factor", "hang_first_s", "pg_timeout_s"):

@@ -38,6 +38,9 @@ from jitbench.faults import FAULTS, FaultSpec
 from jitbench.harness.spec import RunSpec, SpecError, Strategy
 from jitbench.workloads import WORKLOADS, WorkloadConfig
 
+RESULT_KEY_COLUMNS = ("workload", "strategy", "fault", "state_equal")
+"""Columns every results table has (:func:`load_results` refuses a table without them)."""
+
 RESULTS_VERSION = 1
 """Schema version of the results table (the gate refuses to compare across versions)."""
 
@@ -97,6 +100,9 @@ class SweepConfig:
                 raise SpecError(f"unknown fault {f!r}; one of {', '.join(sorted(FAULTS))}")
         if self.repeats < 1:
             raise SpecError(f"--repeats must be >= 1, got {self.repeats}")
+        bad = [s for s in self.seeds if not 0 <= s < 2**32]
+        if bad:
+            raise SpecError(f"--seeds must be in [0, 2**32), got {bad[0]}")
         if self.fault_mtbf_steps is not None and not self.fault_mtbf_steps > 0:
             raise SpecError(f"--fault-mtbf-steps must be > 0, got {self.fault_mtbf_steps}")
         if self.fault_count is not None:
@@ -183,6 +189,8 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
     )
 
     cfg.validate()
+    if sweep_dir.exists() and not sweep_dir.is_dir():
+        raise SpecError(f"sweep directory {sweep_dir} exists and is not a directory")
     if not resume:
         prepare_dir(sweep_dir, overwrite)
     sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -248,6 +256,12 @@ def load_results(path: Path):
     if not p.exists():
         raise SpecError(f"{path} does not exist")
     try:
-        return pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
+        t = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
     except Exception as exc:  # noqa: BLE001 - any parse error is bad input
-        raise SpecError(f"{path}: not a results table ({type(exc).__name__}: {exc})") from exc
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise SpecError(f"{path}: not a results table ({type(exc).__name__}: {first})") from None
+    missing = [c for c in RESULT_KEY_COLUMNS if c not in t.columns]
+    if missing or t.empty:
+        raise SpecError(f"{path}: not a jitbench results table ("
+                        + (f"no column {', '.join(missing)}" if missing else "no rows") + ")")
+    return t

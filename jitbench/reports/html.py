@@ -343,6 +343,10 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
     d = Path(directory)
     if not d.is_dir():
         raise SpecError(f"{directory} is not a directory")
+    if out_path is not None and Path(out_path).is_dir():
+        raise SpecError(f"--out {out_path} is a directory; give the HTML file to write")
+    if overhead_dir is not None and _load_overhead(overhead_dir)[0] is None:
+        raise SpecError(f"--overhead {overhead_dir}: no overhead.csv there")
     t, kind = _load_table(d)
     osum, osegs, ometa = _load_overhead(overhead_dir, d)
     if t is None and osum is None:

@@ -225,3 +225,34 @@ def test_scenario_files(jb, tmp_path):
                    "--run-dir", r)
     assert code == 2 and "micro:4" in _one_line(err)
     assert not (tmp_path / "r").exists()
+
+
+def test_benchmark_commands_refuse_bad_tables_and_options(jb, tmp_path):
+    """Found by a new-user pass: each used to end in an internal error (exit 1),
+    a silent pass, or 'incomparable' (exit 6) instead of bad input (exit 2)."""
+    garbage = tmp_path / "g.csv"
+    garbage.write_bytes(b"garbage\x00\x01")
+    other = tmp_path / "other.csv"
+    other.write_text("workload,strategy,error_pct\ngpt,jit,1.0\n")
+    sweep = tmp_path / "sw"
+    sweep.mkdir()
+    (sweep / "results.csv").write_text(other.read_text())
+    base = tmp_path / "base.csv"
+    base.write_text("workload,strategy,fault,state_equal\ngpt,jit,kill,True\n")
+    cases = [
+        (("report", str(sweep)), "not a jitbench results table"),
+        (("report", str(sweep), "--out", str(tmp_path)), "is a directory"),
+        (("report", str(sweep), "--overhead", str(tmp_path / "nope")), "no overhead.csv"),
+        (("gate", "--baseline", str(base), str(garbage)), "not a jitbench results table"),
+        (("gate", "--baseline", str(base), str(other)), "no column fault, state_equal"),
+        (("gate", "--baseline", str(base), str(base), "--tolerance", "nan"), "--tolerance"),
+        (("gate", "--baseline", str(base), str(base), "--floor-s", "-1"), "--floor-s"),
+        (("sweep", "--resume", "--out", str(garbage)), "is not a directory"),
+        (("sweep", "--seeds", "-1", "--out", str(tmp_path / "s")), "--seeds must be"),
+        (("run", "--seed", "-1", "--run-dir", str(tmp_path / "r")), "--seed must be"),
+        (("validate", str(other)), "no run with a failure"),
+    ]
+    for args, needle in cases:
+        code, err = jb(*args)
+        assert code == 2 and needle in _one_line(err), (args, err)
+    assert garbage.read_bytes() == b"garbage\x00\x01"  # nothing recorded lost
