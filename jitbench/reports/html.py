@@ -168,14 +168,19 @@ def _results_html(t) -> str:
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
-def _results_md(t) -> str:
-    lines = ["| " + " | ".join(lab for _, lab in RESULT_COLS) + " |",
-             "|" + "|".join("---" if k in ("workload", "strategy", "fault") else "---:"
-                            for k, _ in RESULT_COLS) + "|"]
-    for _, r in t.iterrows():
-        lines.append("| " + " | ".join(_fmt(r.get(k), 3 if k == "max_abs_diff" else 2)
-                                       for k, _ in RESULT_COLS) + " |")
+def _md_table(rows, cols, left=(), digits=lambda k: 2) -> str:
+    """A markdown table of ``rows`` (dicts or pandas rows) with ``cols`` ``(key,
+    label)``: ``left`` keys left-aligned, the rest right; ``digits(key)`` decimals."""
+    lines = ["| " + " | ".join(lab for _, lab in cols) + " |",
+             "|" + "|".join("---" if k in left else "---:" for k, _ in cols) + "|"]
+    for r in rows:
+        lines.append("| " + " | ".join(_fmt(r.get(k), digits(k)) for k, _ in cols) + " |")
     return "\n".join(lines)
+
+
+def _results_md(t) -> str:
+    return _md_table((r for _, r in t.iterrows()), RESULT_COLS, ("workload", "strategy", "fault"),
+                     lambda k: 3 if k == "max_abs_diff" else 2)
 
 
 OVERHEAD_COLS = [("strategy", "strategy"), ("repeats", "repeats"), ("step_s", "step s (median)"),
@@ -211,12 +216,8 @@ def _overhead_html(s) -> str:
 
 
 def _overhead_md(s) -> str:
-    lines = ["| " + " | ".join(lab for _, lab in OVERHEAD_COLS) + " |",
-             "|---|" + "---:|" * (len(OVERHEAD_COLS) - 1)]
-    for _, r in s.iterrows():
-        lines.append("| " + " | ".join(_fmt(r.get(k), 4 if k == "step_s" else 2)
-                                       for k, _ in OVERHEAD_COLS) + " |")
-    return "\n".join(lines)
+    return _md_table((r for _, r in s.iterrows()), OVERHEAD_COLS, ("strategy",),
+                     lambda k: 4 if k == "step_s" else 2)
 
 
 VALIDATION_COLS = [("workload", "workload"), ("strategy", "strategy"), ("fault", "fault"),
@@ -256,14 +257,8 @@ def _df_html(rows, cols) -> str:
 
 
 def _df_md(rows, cols) -> str:
-    lines = ["| " + " | ".join(lab for _, lab in cols) + " |",
-             "|" + "|".join("---" if k in ("workload", "strategy", "fault", "phases_from")
-                            else "---:"
-                            for k, _ in cols) + "|"]
-    for r in rows:
-        lines.append("| " + " | ".join(_fmt(r.get(k), 3 if "goodput" in k else 2)
-                                       for k, _ in cols) + " |")
-    return "\n".join(lines)
+    return _md_table(rows, cols, ("workload", "strategy", "fault", "phases_from"),
+                     lambda k: 3 if "goodput" in k else 2)
 
 
 def _model_sections(d: Path, t, figures: list) -> tuple[list[str], list[str]]:

@@ -113,7 +113,6 @@ def params_from_table(df: pd.DataFrame, source: str = "results") -> dict[str, fl
     Raises:
         InputError: no usable column, or a negative (or zero step) median.
     """
-    path = source
     strategy = df["strategy"].astype(str) if "strategy" in df.columns else None
     overrides: dict[str, float] = {}
     for column, param in RESULT_COLUMNS.items():
@@ -130,11 +129,11 @@ def params_from_table(df: pd.DataFrame, source: str = "results") -> dict[str, fl
             continue
         value = float(values.median())
         if value < 0 or (param == "step_s" and value <= 0):
-            raise InputError(f"--from-results: {path}: median {column} is {value}, must be "
+            raise InputError(f"--from-results: {source}: median {column} is {value}, must be "
                              f"{'> 0' if param == 'step_s' else '>= 0'}")
         overrides[param] = value
     if not overrides:
-        raise InputError(f"--from-results: {path} has no usable column (need a number in one "
+        raise InputError(f"--from-results: {source} has no usable column (need a number in one "
                          f"of: {', '.join(RESULT_COLUMNS)})")
     return overrides
 
