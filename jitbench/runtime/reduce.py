@@ -88,13 +88,13 @@ def broadcast_buffers(module: torch.nn.Module, src: int = 0,
                       group: dist.ProcessGroup | None = None) -> int:
     """Copy rank ``src``'s buffers (e.g. BatchNorm running statistics) to every rank.
 
-    DDP's default (``broadcast_buffers=True``) broadcasts rank 0's buffers at
-    the *start* of every forward, so between steps each rank holds its own
+    DDP's default (``forward_sync_buffers=True``, formerly ``broadcast_buffers``)
+    broadcasts rank 0's buffers at the *start* of every forward, so between steps each rank holds its own
     statistics and rank 0's are known to rank 0 only: when rank 0 dies, no
     survivor holds the buffers the next step would have used, and a JIT
     checkpoint written by a survivor is not the fault-free state. Calling this
     once per step after the backward pass (before the optimizer step) and
-    constructing DDP with ``broadcast_buffers=False`` gives the same
+    constructing DDP with ``forward_sync_buffers=False`` gives the same
     computation (every forward starts from rank 0's buffers) while the state at
     every iteration boundary is replicated. Buffers are flattened per dtype, so
     this is one broadcast per dtype.

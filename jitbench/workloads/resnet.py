@@ -8,7 +8,7 @@ Model
     stem (stride-2 conv + max-pool) and three stride-2 stages reduce 32x32 to 1x1
     before the global average pool, which is fine for a benchmark workload.
     BatchNorm running statistics are buffers; under DDP they are broadcast from
-    rank 0 at every forward (DDP's default ``broadcast_buffers=True``).
+    rank 0 at every forward (DDP's default ``forward_sync_buffers=True``).
 
     Measured on this project's dev machine (torch 2.14.1, CPU, one thread,
     ``torch.set_num_threads(1)``): resnet18 (11.2 M parameters, 10 classes), 32x32,

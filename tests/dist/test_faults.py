@@ -253,9 +253,15 @@ def test_c1_desync_every_rank_leaves_within_the_bound(c1_run, mode):
         assert {e["trigger"] for e in fails.values()} <= {"hang", "collective_error"}
         assert "hang" in {e["trigger"] for e in fails.values()}
     else:
-        if aborted:
+        if aborted:  # gloo's abort message is in the log, and rank 1 never reached exit
             log = (run_dir / "agent.log").read_text()
-            assert "gloo::EnforceNotMet" in log and re.search(r"exitcode\s*:\s*-6\b", log)
+            assert "gloo::EnforceNotMet" in log and 1 not in exits
+            # the agent logs one failure per attempt, the first it saw in a poll
+            # (by its timestamp): a saving peer as often as rank 1. This attempt
+            # is the last that failed; when its line names rank 1, it is SIGABRT.
+            code, lrank = re.findall(r"failed \(exitcode:\s*(-?\d+)\) local_rank:\s*(\d+)",
+                                     log)[-1]
+            assert lrank != "1" or code == "-6", (code, lrank)
         assert {fails[r]["trigger"] for r in (0, 2, 3)} <= {"collective_error", "sigterm"}
         if not aborted:  # rank 1 left its mismatched collective like any blocked rank
             assert fails[1]["trigger"] in {"collective_error", "sigterm", "hang"}
