@@ -207,6 +207,9 @@ def run(
                    ckpt_dir=str(ckpt_dir.resolve()) if ckpt_dir is not None else None,
                    mtbf_s=parse_duration_s(mtbf))
     spec.validate()
+    if mtbf is not None and strategy != "periodic:auto":
+        raise InputError(f"--mtbf sizes the interval of periodic:auto; it does nothing for "
+                         f"--strategy {strategy} (for fault arrivals: --fault-mtbf-s)")
     if timeout_s is not None and not timeout_s > 0:
         raise InputError(f"--timeout-s must be > 0, got {timeout_s:g}")
     _check_size(workload, size)

@@ -332,8 +332,12 @@ def plan_from_options(kind: str | None, rank: int, step: int | None, steps: int,
                                ("--fault-mtbf-s", mtbf_s))
                 if v is not None]
     if kind == "none":
-        if triggers or params:
-            raise ScheduleError(f"{(triggers or ['--fault-param'])[0]} needs a --fault")
+        given = triggers + [n for n, v in (("--fault-step", step is not None),
+                                           ("--fault-count", count is not None),
+                                           ("--every-attempt", every_attempt),
+                                           ("--fault-param", bool(params))) if v]
+        if given:
+            raise ScheduleError(f"{given[0]} needs a --fault (other than none)")
         check_unique(out)
         return out
     if kind not in FAULTS:

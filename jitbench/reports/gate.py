@@ -233,6 +233,8 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
     # invariants, exactly
     for _, r in results.iterrows():
         cfg = _config(r)
+        if "repeat" in results.columns and pd.notna(r.get("repeat")):
+            cfg += f" (repeat {int(r['repeat'])})"  # one line per run, not N identical ones
         if "completed" in results.columns and not _truthy(r["completed"]):
             v.checks.append(Check(cfg, "completed", "violation", detail="the run did not complete"))
             continue

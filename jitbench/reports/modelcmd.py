@@ -149,11 +149,15 @@ def _fmt_interval(seconds: float | None) -> str:
 
 
 def _fmt_hours(x: float) -> str:
-    if abs(x) >= 1e6:
-        return f"{x / 1e6:.2f}M"
-    if abs(x) >= 1e4:
-        return f"{x / 1e3:.1f}k"
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.2f}"
+    """Three significant figures, with k/M from 1,000 on (GPU-hours)."""
+    if not math.isfinite(x):
+        return "-"
+    if x == 0:
+        return "0"
+    scale, suffix = next((s, u) for s, u in ((1e6, "M"), (1e3, "k"), (1.0, ""))
+                         if abs(x) >= s or s == 1.0)
+    v = x / scale
+    return f"{v:.{max(0, 2 - math.floor(math.log10(abs(v))))}f}{suffix}"
 
 
 def _clean(obj: Any) -> Any:
@@ -279,33 +283,43 @@ def _print_table(rows: list[dict[str, Any]], cross: dict[str, list[dict[str, Any
     console = Console(file=sys.stdout)
     if not console.is_terminal:  # files/pipes: do not squeeze the table into 80 columns
         console = Console(file=sys.stdout, width=150)
-    table = Table(
-        title="Wasted GPU-hours per day and goodput per world size: analytic model | simulation",
+    # two tables of six columns (each fits an 80-column terminal) rather than
+    # one of ten that rich would squeeze and cut
+    waste = Table(title="Wasted GPU-hours per day: analytic model | simulation")
+    good = Table(
+        title="Goodput (useful fraction of GPU time): analytic model | simulation",
         caption=escape(f"simulated: mean and [p5, p95] over {trials} trials x {horizon_hours:g} h, "
                  f"seed {seed}. periodic runs at its Young/Daly optimum; the jit interval is its "
                  "fallback checkpoint. The model is first order: it overstates waste when "
                  "failures are not rare against recovery and checkpoint intervals."),
     )
-    for name in ("GPUs", "strategy", "interval", "fail/day", "waste model", "waste sim",
-                 "sim [p5, p95]", "goodput model", "goodput sim", "sim [p5, p95] "):
-        table.add_column(escape(name), justify="left" if name == "strategy" else "right")
+    for table, names in ((waste, ("GPUs", "strategy", "interval", "model", "sim",
+                                  "sim [p5, p95]")),
+                         (good, ("GPUs", "strategy", "fail/day", "model", "sim",
+                                 "sim [p5, p95]"))):
+        for name in names:
+            table.add_column(escape(name), justify="left" if name == "strategy" else "right",
+                             no_wrap=True)
     prev = None
     for r in rows:
         if prev is not None and r["n_gpus"] != prev:
-            table.add_section()
+            waste.add_section()
+            good.add_section()
         prev = r["n_gpus"]
-        table.add_row(*map(escape, (
-            f"{r['n_gpus']:,}", r["strategy"], _fmt_interval(r["interval_s"]),
-            f"{r['failures_per_day']:.3g}",
+        head = (f"{r['n_gpus']:,}", r["strategy"])
+        waste.add_row(*map(escape, (
+            *head, _fmt_interval(r["interval_s"]),
             _fmt_hours(r["analytic_wasted_gpu_hours_per_day"]),
             _fmt_hours(r["sim_wasted_gpu_hours_per_day_mean"]),
             f"[{_fmt_hours(r['sim_wasted_gpu_hours_per_day_p5'])}, "
-            f"{_fmt_hours(r['sim_wasted_gpu_hours_per_day_p95'])}]",
+            f"{_fmt_hours(r['sim_wasted_gpu_hours_per_day_p95'])}]")))
+        good.add_row(*map(escape, (
+            *head, f"{r['failures_per_day']:.3g}",
             f"{100 * r['analytic_goodput']:.2f}%",
             f"{100 * r['sim_goodput_mean']:.2f}%",
-            f"[{100 * r['sim_goodput_p5']:.2f}, {100 * r['sim_goodput_p95']:.2f}]",
-        )))
-    console.print(table)
+            f"[{100 * r['sim_goodput_p5']:.2f}, {100 * r['sim_goodput_p95']:.2f}]%")))
+    console.print(waste)
+    console.print(good)
     if cross["analytic"]:
         for c in cross["analytic"]:
             console.print(f"analytic crossover {c['a']} vs {c['b']}: {c['below']} wastes less "

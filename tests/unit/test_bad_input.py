@@ -54,6 +54,9 @@ def _one_line(err: str) -> str:
     (["--fault-step", "0"], "fault step 0 must be in 1..59"),
     (["--fault-rank", "-1"], "fault rank -1 is outside the world"),
     (["--nproc", "1", "--fault-rank", "0"], "a fault needs at least 2 ranks"),
+    (["--fault", "none", "--fault-step", "5"], "--fault-step needs a --fault"),
+    (["--fault", "none", "--every-attempt"], "--every-attempt needs a --fault"),
+    (["--mtbf", "30m"], "--mtbf sizes the interval of periodic:auto"),
 ])
 def test_bad_flags(jb, tmp_path, args, needle):
     code, err = jb("run", *args, "--run-dir", str(tmp_path / "r"))

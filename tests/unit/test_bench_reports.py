@@ -116,6 +116,12 @@ def test_gate_invariants_are_exact():
     v = g.compare(base, new)
     assert {c.metric for c in v.violations} == {"state_equal", "replayed_steps"}
     assert all(line.startswith("VIOLATION") for line in v.lines()[:2])
+    # the same violation in two repeats: two lines that say which run each is
+    both = _table(n_rep=2)
+    both["state_equal"] = both["strategy"] != "jit"
+    lines = [x for x in g.compare(base, both).lines() if x.startswith("VIOLATION")]
+    assert len(lines) == len(set(lines)) == 4
+    assert "gpt/jit/kill (repeat 1) state_equal" in " ".join(lines)
 
 
 @pytest.mark.parametrize("change, needle", [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 
 from jitbench.reports import model as M
 from jitbench.reports.model import STRATEGIES, ModelParams, estimate
-from jitbench.reports.modelcmd import model_main
+from jitbench.reports.modelcmd import _fmt_hours, model_main
 from jitbench.reports.simulate import (
     FailureTrace,
     SimConfig,
@@ -219,6 +220,28 @@ def test_sim_config_validation():
 ARGS = dict(gpus=[8, 1024], mtbf_hours_per_gpu=50_000.0, step_s=1.0, checkpoint_s=60.0,
             restart_s=300.0, detect_s=30.0, save_s=30.0, restore_s=60.0, from_results=None,
             horizon_hours=200.0, trials=5, seed=0, as_json=True, out_dir=None)
+
+
+def test_model_table_fits_an_80_column_terminal(monkeypatch, capsys):
+    """Both tables fit 80 columns whole: no strategy name or number cut."""
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "80")
+    assert model_main(**{**ARGS, "gpus": [8, 16384, 100_000], "as_json": False}) == 0
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out).splitlines()
+    table = [x for x in lines if x[:1] in "┃│"]
+    assert table and max(len(x) for x in table) <= 80
+    assert "…" not in "".join(lines)
+    assert sum("jit-transparent" in x for x in table) == 6  # 3 sizes x 2 tables
+
+
+@pytest.mark.parametrize("x, text", [
+    (0.0, "0"), (0.0123, "0.0123"), (0.485, "0.485"), (97.3, "97.3"), (275.4, "275"),
+    (9932.0, "9.93k"), (20_300.0, "20.3k"), (123_456.0, "123k"), (1.5e6, "1.50M"),
+    (float("nan"), "-"),
+])
+def test_gpu_hours_have_three_significant_figures(x, text):
+    assert _fmt_hours(x) == text
 
 
 def test_model_main_json(capsys):
