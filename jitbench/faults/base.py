@@ -74,6 +74,38 @@ class FaultSpec:
             self.id = f"{self.kind}@{self.rank}:{at}"
 
 
+def check_value(name: str, value: Any, kind: type, *, low: float | None = None,
+                high: float | None = None, high_open: bool = False,
+                choices: tuple = ()) -> Any:
+    """Check one typed value from a flag, a spec or a scenario file.
+
+    ``kind`` is ``int``, ``float``, ``str`` or ``bool``; a bool is never
+    taken for a number, an int is taken for a float (returned as float), a
+    float must be finite. ``low``/``high`` bound the value (``high``
+    exclusive if ``high_open``); ``choices`` lists the allowed values.
+
+    Raises:
+        ValueError: wrong type or impossible value, as one line naming ``name``.
+    """
+    ok = (isinstance(value, bool) if kind is bool else
+          isinstance(value, int) and not isinstance(value, bool) if kind is int else
+          isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else
+          isinstance(value, kind))
+    if not ok:
+        raise ValueError(f"{name} must be {kind.__name__}, got {type(value).__name__} {value!r}")
+    if kind is float:
+        value = float(value)
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be finite, got {value}")
+    if choices and value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
+    if low is not None and value < low:
+        raise ValueError(f"{name} must be >= {low:g}, got {value!r}")
+    if high is not None and (value >= high if high_open else value > high):
+        raise ValueError(f"{name} must be {'<' if high_open else '<='} {high:g}, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Param:
     """One fault parameter: its type, default, unit-carrying doc and valid range."""
@@ -96,30 +128,10 @@ class Param:
         Raises:
             ValueError: wrong type or impossible value, as one line.
         """
-        t = self.type
         if value is None and self.default is None:
             return None
-        ok = (isinstance(value, bool) if t is bool else
-              isinstance(value, int) and not isinstance(value, bool) if t is int else
-              isinstance(value, (int, float)) and not isinstance(value, bool) if t is float else
-              isinstance(value, str))
-        if not ok:
-            raise ValueError(f"{name} must be {t.__name__}, got {type(value).__name__} "
-                             f"{value!r}")
-        if t is float:
-            value = float(value)
-            if not math.isfinite(value):
-                raise ValueError(f"{name} must be finite, got {value}")
-        if self.choices and value not in self.choices:
-            raise ValueError(f"{name} must be one of {', '.join(map(str, self.choices))}, "
-                             f"got {value!r}")
-        if self.low is not None and value < self.low:
-            raise ValueError(f"{name} must be >= {self.low:g}, got {value!r}")
-        if self.high is not None and (value >= self.high if self.high_open
-                                      else value > self.high):
-            rel = "<" if self.high_open else "<="
-            raise ValueError(f"{name} must be {rel} {self.high:g}, got {value!r}")
-        return value
+        return check_value(name, value, self.type, low=self.low, high=self.high,
+                           high_open=self.high_open, choices=self.choices)
 
     def parse(self, name: str, text: str) -> Any:
         """Parse a command-line string (``--fault-param name=text``) and check it."""

@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from jitbench.faults import FAULTS
-from jitbench.faults.base import FaultSpec
+from jitbench.faults.base import FaultSpec, check_value
 
 TOP_KEYS = ("description", "fault", "poisson")
 FAULT_KEYS = ("kind", "rank", "step", "time_s", "every_steps", "count", "every_attempt", "id")
@@ -84,20 +84,10 @@ class ScheduleError(ValueError):
 
 
 def _typed(where: str, key: str, value: Any, kind: type, low: float | None = None) -> Any:
-    ok = (isinstance(value, bool) if kind is bool else
-          isinstance(value, int) and not isinstance(value, bool) if kind is int else
-          isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else
-          isinstance(value, kind))
-    if not ok:
-        raise ScheduleError(f"{where}: {key} must be {kind.__name__}, got "
-                            f"{type(value).__name__} {value!r}")
-    if kind is float:
-        value = float(value)
-        if not math.isfinite(value):
-            raise ScheduleError(f"{where}: {key} must be finite, got {value}")
-    if low is not None and value < low:
-        raise ScheduleError(f"{where}: {key} must be >= {low:g}, got {value!r}")
-    return value
+    try:
+        return check_value(key, value, kind, low=low)
+    except ValueError as exc:
+        raise ScheduleError(f"{where}: {exc}") from None
 
 
 def _check_rank(where: str, rank: int, nproc: int) -> None:
