@@ -61,7 +61,11 @@ exits the process with :data:`EXIT_FAILURE_SAVED` or :data:`EXIT_FAILURE`):
 
 On gloo a blocked all-reduce cannot be aborted from the side (DESIGN.md,
 "Known traps"), so the saving thread ends the process itself with
-:func:`os._exit` after the checkpoint and the event log are durable.
+:func:`os._exit` after the checkpoint and the event log are durable. On CUDA
+the saving thread copies the state to the host on a side stream after an
+event recorded at the boundary, never on the training stream that waits for
+the hung NCCL kernel (:mod:`jitbench.runtime.device_copy`); ``os._exit`` then
+skips the process group's destructor, which would wait for that kernel.
 
 What a checkpoint holds (:data:`REQUIRED_KEYS`; JIT and periodic alike):
 ``model`` (``state_dict``, buffers from the boundary), ``optimizer`` (all
@@ -102,6 +106,7 @@ import torch
 from torch import nn
 
 from jitbench.runtime import checkpoint as ckpt
+from jitbench.runtime.device_copy import BoundaryEvents, DeviceCopyError, cuda_devices, host_copy
 from jitbench.runtime.events import EventLog
 
 EXIT_FAILURE_SAVED = 75
@@ -144,6 +149,10 @@ class RuntimeConfig:
     """Committed checkpoint steps kept on disk (older ones pruned after a newer commits)."""
     save_lock_timeout_s: float = 10.0
     """How long a failure save waits for the main thread to leave the optimizer step (s)."""
+    device_copy_timeout_s: float = 60.0
+    """How long a save waits for the GPU to finish the work of the last boundary
+    before copying the state to the host on a side stream (s; CUDA only, see
+    :mod:`jitbench.runtime.device_copy`)."""
     poll_s: float = 0.05
     """Watchdog tick (s)."""
     writer_ranks: str = "all"
@@ -292,6 +301,7 @@ class Runtime:
         self._snapshot: dict | None = None
         self._pending_rng: dict | None = None
         self._live_buffers: list | None = None  # (name, tensor) cached by _take_snapshot
+        self._boundary = BoundaryEvents([])  # CUDA: one event per device, set by register()
         self._async = None  # AsyncCheckpointer, created on rank 0 at the first async save
         self._auto_probe_at = config.auto_probe_step
         self._stop = threading.Event()
@@ -335,6 +345,10 @@ class Runtime:
                              message="an LR lambda is a plain function: its closure is not "
                                      "checkpointed (use a callable object, like WarmupCosine)")
         optimizer.register_step_pre_hook(self._on_optimizer_step)
+        self._boundary = BoundaryEvents(cuda_devices(
+            [*model.parameters(), *model.buffers(),
+             *(t for st in optimizer.state.values() for t in st.values()
+               if isinstance(t, torch.Tensor))]))
         self._snapshot = self._take_snapshot()
 
     def add_check(self, check: Callable[[], str | dict | None]) -> None:
@@ -499,7 +513,7 @@ class Runtime:
         if r.optimizer is not None:
             groups = [copy.deepcopy({k: v for k, v in g.items() if k != "params"})
                       for g in r.optimizer.param_groups]
-        return {
+        snap = {
             "rng": rng if rng is not None else capture_rng_raw(),
             "buffers": buffers,
             "param_groups": groups,
@@ -510,6 +524,8 @@ class Runtime:
             "extra": copy.deepcopy(r.extra_state()) if r.extra_state else {},
             "step": step,
         }
+        self._boundary.mark()  # CUDA: the work queued so far is this boundary's state
+        return snap
 
     # ---------------------------------------------------------- checkpoints
     def _state(self, step: int, snapshot: dict) -> dict:
@@ -553,9 +569,13 @@ class Runtime:
         t0 = time.monotonic()
         self.events.emit("save", "begin", kind=kind, step=step, durable=True)
         try:
+            try:
+                state = host_copy(self._state(step, snapshot), self._boundary,
+                                  self.config.device_copy_timeout_s)
+            except DeviceCopyError as exc:
+                raise ckpt.CheckpointWriteError(str(exc)) from exc
             part = ckpt.write_part(self.config.ckpt_dir, kind, step, self.rank, self.world_size,
-                                   self._state(step, snapshot), self._meta(),
-                                   run_id=self.config.run_id)
+                                   state, self._meta(), run_id=self.config.run_id)
         except ckpt.CheckpointWriteError as exc:
             self.events.emit("save", "end", kind=kind, step=step, ok=False, error=str(exc),
                              errno=exc.errno, durable=True)

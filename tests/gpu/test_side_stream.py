@@ -1,0 +1,64 @@
+"""The JIT save's device-to-host copy on CUDA does not queue behind a hung kernel
+(skipped without a CUDA device).
+
+A hung NCCL all-reduce is stood in for by a kernel that spins for several
+seconds (``torch.cuda._sleep``) on the training stream, queued after the
+boundary, as the next step's collective would be. ``host_copy`` must return
+the boundary's values while that kernel still runs, and must give up with one
+clear error when the boundary itself is behind the kernel.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
+
+
+def _cycles_per_s() -> float:
+    torch.cuda.synchronize()
+    t0 = time.monotonic()
+    torch.cuda._sleep(int(5e7))
+    torch.cuda.synchronize()
+    return 5e7 / max(time.monotonic() - t0, 1e-6)
+
+
+def test_host_copy_does_not_wait_for_a_hung_training_stream():
+    from jitbench.runtime.device_copy import BoundaryEvents, DeviceCopyError, host_copy
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    state = {"model": {"w": torch.randn(1 << 20, device=dev)},
+             "optimizer": {"state": {0: {"exp_avg": torch.randn(4096, device=dev)}}},
+             "step": 7}
+    expect = {"w": state["model"]["w"].cpu(),
+              "m": state["optimizer"]["state"][0]["exp_avg"].cpu()}
+    spin_s = 8.0
+    spin = int(_cycles_per_s() * spin_s)
+    boundary = BoundaryEvents([dev])
+    boundary.mark()
+    torch.cuda._sleep(spin)  # the "hung collective"
+    behind = torch.cuda.Event()
+    behind.record()
+    t0 = time.monotonic()
+    out = host_copy(state, boundary, timeout_s=spin_s / 2)
+    took = time.monotonic() - t0
+    still_hung = not behind.query()
+    assert still_hung, "the spinning kernel ended before the copy returned: test is void"
+    assert took < spin_s / 2
+    assert out["model"]["w"].device.type == "cpu" and out["step"] == 7
+    assert torch.equal(out["model"]["w"], expect["w"])
+    assert torch.equal(out["optimizer"]["state"][0]["exp_avg"], expect["m"])
+
+    # a boundary queued *behind* the spinning kernel: a clear error, no blocked thread
+    torch.cuda._sleep(spin)
+    late = BoundaryEvents([dev])
+    late.mark()
+    t0 = time.monotonic()
+    with pytest.raises(DeviceCopyError, match="did not finish the work of the last"):
+        host_copy(state, late, timeout_s=0.5)
+    assert time.monotonic() - t0 < spin_s / 2
+    torch.cuda.synchronize()
