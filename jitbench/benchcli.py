@@ -91,6 +91,8 @@ def _f(v, digits: int = 2) -> str:
     return str(v)
 
 
+Backend = Annotated[str, typer.Option(
+    help="Process-group backend: gloo (CPU) or nccl (one CUDA device per rank).")]
 MtbfOpt = Annotated[str | None, typer.Option(
     "--mtbf", help="The job's mean time between failures for periodic:auto: seconds, or with a "
                    "unit (90s, 10m, 2h, 1d). Whole job, not per GPU.")]
@@ -114,6 +116,7 @@ def register(app: typer.Typer) -> None:
         fault_step: Annotated[int, typer.Option(help="Step the fault fires at.")] = 14,
         fault_rank: Annotated[int, typer.Option(help="Rank the fault hits.")] = 1,
         nproc: Annotated[int, typer.Option("--nproc", help="Ranks per run.")] = 2,
+        backend: Backend = "gloo",
         batch_size: Annotated[int, typer.Option(help="Micro-batch size per rank.")] = 8,
         sizes: Annotated[str | None, typer.Option(help="Model sizes, e.g. gpt=tiny,"
                                                        "resnet=resnet18 (default: each "
@@ -146,6 +149,7 @@ def register(app: typer.Typer) -> None:
         cfg = SweepConfig(workloads=_csv(workloads), strategies=_csv(strategies),
                           faults=_csv(faults), seeds=seed_list, repeats=repeats, steps=steps,
                           fault_step=fault_step, fault_rank=fault_rank, nproc=nproc,
+                          backend=backend,
                           batch_size=batch_size, sizes=size_map, mtbf_s=parse_duration_s(mtbf),
                           fault_mtbf_steps=fault_mtbf_steps, fault_count=fault_count)
         cfg.validate()
@@ -201,6 +205,7 @@ def register(app: typer.Typer) -> None:
         warmup_steps: Annotated[int, typer.Option(help="Excluded steps before the first "
                                                        "segment.")] = 10,
         nproc: Annotated[int, typer.Option("--nproc", help="Ranks.")] = 2,
+        backend: Backend = "gloo",
         batch_size: Annotated[int, typer.Option(help="Micro-batch size per rank.")] = 8,
         seed: Annotated[int, typer.Option(help="Seed.")] = 0,
         out_dir: Annotated[Path | None, typer.Option("--out", help="Output directory "
@@ -219,7 +224,7 @@ def register(app: typer.Typer) -> None:
         cfg = OverheadConfig(strategies=_csv(strategies), segment_steps=segment_steps,
                              repeats=repeats, warmup_steps=warmup_steps)
         base = RunSpec(workload=WorkloadConfig(name=workload, size=size, batch_size=batch_size,
-                                               seed=seed), nproc=nproc)
+                                               seed=seed), nproc=nproc, backend=backend)
         base.validate()
         cfg.validate()
         if out_dir is None:

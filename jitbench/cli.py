@@ -29,7 +29,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from jitbench.benchcli import MtbfOpt, parse_duration_s, register
+from jitbench.benchcli import Backend, MtbfOpt, parse_duration_s, register
 from jitbench.faults import FAULTS
 from jitbench.harness.spec import RunSpec, SpecError
 from jitbench.workloads import DataError, WorkloadConfig
@@ -151,6 +151,7 @@ def run(
     size: Size = None,
     strategy: Strategy = "jit",
     nproc: Nproc = 2,
+    backend: Backend = "gloo",
     nnodes: Annotated[int, typer.Option(help="Nodes (each runs this command; needs "
                                              "--rdzv-endpoint and a shared --run-dir).")] = 1,
     rdzv_endpoint: Annotated[str | None, typer.Option(help="HOST:PORT of the c10d rendezvous "
@@ -200,6 +201,7 @@ def run(
                          fault_time_s, fault_every, fault_count, mtbf_steps, mtbf_s,
                          every_attempt, fault_param, xid, slow_s, slow_steps, scenario)
     spec = RunSpec(workload=wl, strategy=strategy, faults=faults, nproc=nproc, nnodes=nnodes,
+                   backend=backend,
                    rdzv_endpoint=rdzv_endpoint,
                    max_restarts=max_restarts, hang_floor_s=hang_floor_s,
                    hang_factor=hang_factor, hang_first_s=hang_first_s,

@@ -138,6 +138,10 @@ def launch(spec: RunSpec, run_dir: Path, progress: Callable[[dict], None] | None
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(spec.threads_per_rank))
     env["PYTHONUNBUFFERED"] = "1"
+    if spec.backend == "nccl":
+        # deterministic cuBLAS (PyTorch docs, "Reproducibility"), which the bitwise
+        # state_equal oracle needs with torch.use_deterministic_algorithms
+        env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     t0 = time.monotonic()
     interrupted = timed_out = False
     with open(log_path, "ab") as log:

@@ -24,6 +24,28 @@ class SpecError(ValueError):
     """The spec is invalid; the message is one line for the user."""
 
 
+def check_nccl(nproc: int) -> None:
+    """Refuse ``--backend nccl`` where it cannot run: NCCL needs one CUDA device
+    per rank of a node (two ranks on one GPU are refused by NCCL itself).
+
+    Raises:
+        SpecError: no CUDA, no NCCL in this torch build, or fewer devices than
+            ``nproc`` on this node (one line).
+    """
+    import torch
+    import torch.distributed as dist
+
+    if not torch.cuda.is_available():
+        raise SpecError("--backend nccl needs CUDA devices; this machine has none "
+                        "(torch.cuda.is_available() is False); use --backend gloo")
+    if not dist.is_nccl_available():
+        raise SpecError("--backend nccl: this torch build has no NCCL")
+    n = torch.cuda.device_count()
+    if n < nproc:
+        raise SpecError(f"--backend nccl runs one rank per CUDA device: --nproc {nproc} needs "
+                        f"{nproc} devices on this node, it has {n}")
+
+
 @dataclass(frozen=True)
 class Strategy:
     """A checkpointing strategy parsed from its CLI form."""
@@ -149,6 +171,8 @@ class RunSpec:
             raise SpecError(f"--mtbf must be > 0 seconds, got {self.mtbf_s}")
         if self.backend not in BACKENDS:
             raise SpecError(f"unknown backend {self.backend!r}; one of {', '.join(BACKENDS)}")
+        if self.backend == "nccl":
+            check_nccl(self.nproc)
         if self.nproc < 1:
             raise SpecError(f"--nproc must be >= 1, got {self.nproc}")
         if self.nnodes < 1:

@@ -68,6 +68,8 @@ class SweepConfig:
     periodic strategies replay the steps since their last checkpoint)."""
     fault_rank: int = 1
     nproc: int = 2
+    backend: str = "gloo"
+    """Process-group backend of every run (``gloo`` or ``nccl``)."""
     batch_size: int = 8
     sizes: dict = field(default_factory=dict)
     """Model size per workload (``{"gpt": "small"}``); missing: the workload's default."""
@@ -128,6 +130,7 @@ class SweepConfig:
         else:
             faults = [FaultSpec(fault, self.fault_rank, self.fault_step)]
         spec = RunSpec(workload=wl, strategy=strategy, faults=faults, nproc=self.nproc,
+                       backend=self.backend,
                        hang_floor_s=self.hang_floor_s, hang_first_s=self.hang_first_s,
                        mtbf_s=self.mtbf_s if Strategy.parse(strategy).auto else None)
         # a campaign's restart budget covers every planned fault (one restart each) + 1

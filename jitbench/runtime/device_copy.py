@@ -26,6 +26,20 @@ GPU apart from the training stream, as in Gupta et al., EuroSys 2024):
   forward and backward pass and the hung all-reduce): that work only reads
   the parameters and optimizer state, which the runtime's state lock keeps
   from changing until the save has finished.
+- The host must not run ahead of the device across an optimizer step: with
+  asynchronous execution it would queue step k's optimizer kernels behind
+  the hung all-reduce and move its own counters (step, scheduler, the
+  optimizer's CPU-resident ``step`` counts) to boundary k while the device
+  tensors stay at k-1. Under ``jit`` the runtime therefore waits for the
+  device (:meth:`BoundaryEvents.sync`) before each optimizer step, outside
+  its state lock, so a hang stops the main thread at boundary k-1 on both.
+
+Not covered: a collective queued *between* the optimizer step and the end of
+the step (say an all-reduce of the loss for logging after ``opt.step()``)
+that hangs leaves that step's boundary event behind it; the save then waits
+``timeout_s`` and fails with :class:`DeviceCopyError` (the job falls back to
+the last periodic checkpoint). Log after the step's end, or before the
+optimizer step.
 
 Pageable rather than pinned host memory: page-locked allocation is one of the
 operations after which CUDA may serialise commands of different streams
@@ -97,6 +111,16 @@ class BoundaryEvents:
         for d, ev in self.events.items():
             ev.record(torch.cuda.current_stream(d))
         self.recorded = bool(self.events)
+
+    def sync(self) -> None:
+        """Block the calling thread until each device's current stream has run all
+        work queued so far (the GIL is released meanwhile, so the watchdog runs).
+        Under ``jit`` the runtime calls it before each optimizer step (see
+        ``Runtime._on_optimizer_step``): it costs the overlap of launching the
+        optimizer step with the end of the gradient all-reduce, which
+        ``jitbench overhead`` measures."""
+        for d in self.devices:
+            torch.cuda.current_stream(d).synchronize()
 
     def wait(self, timeout_s: float, poll_s: float = 0.001) -> None:
         """Wait on the host until every device has run all work up to the boundary.

@@ -149,7 +149,7 @@ class RuntimeConfig:
     """Committed checkpoint steps kept on disk (older ones pruned after a newer commits)."""
     save_lock_timeout_s: float = 10.0
     """How long a failure save waits for the main thread to leave the optimizer step (s)."""
-    device_copy_timeout_s: float = 60.0
+    device_copy_timeout_s: float = 30.0
     """How long a save waits for the GPU to finish the work of the last boundary
     before copying the state to the host on a side stream (s; CUDA only, see
     :mod:`jitbench.runtime.device_copy`)."""
@@ -416,6 +416,15 @@ class Runtime:
             return
         if threading.current_thread() is not threading.main_thread():
             return
+        if self.config.strategy == "jit":
+            # CUDA: wait here, still in the compute phase and without the lock, until
+            # the gradient collective has finished on the device. Otherwise the host
+            # runs ahead of a hung NCCL kernel: it queues this optimizer step behind
+            # it, moves the step counter, scheduler and CPU-resident optimizer
+            # counters on, and a JIT save would pair them with device tensors that
+            # never got this update. With the wait, a hang keeps the main thread
+            # here, at the last boundary on host and device alike.
+            self._boundary.sync()
         self._state_lock.acquire()  # blocks for good if a failure save holds it
         self._holds_state_lock = True
         self._phase = "mutating"

@@ -64,6 +64,19 @@ def test_bad_flags(jb, tmp_path, args, needle):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("cmd", ["run", "sweep", "overhead"])
+def test_nccl_backend_is_refused_without_enough_cuda_devices(jb, tmp_path, cmd):
+    """One rank per CUDA device: refused up front (no CUDA here; on a GPU
+    machine, 4096 ranks per node), before anything is created."""
+    out = tmp_path / "out"
+    where = ["--run-dir", str(out)] if cmd == "run" else ["--out", str(out)]
+    code, err = jb(cmd, "--backend", "nccl", "--nproc", "4096", *where)
+    assert code == 2 and _one_line(err).startswith("error: --backend nccl")
+    assert not out.exists()
+    code, err = jb(cmd, "--backend", "mpi", *where)
+    assert code == 2 and "unknown backend 'mpi'; one of gloo, nccl" in _one_line(err)
+
+
 def test_data_paths(jb, tmp_path, monkeypatch):
     tiny = tmp_path / "tiny.txt"
     tiny.write_text("x" * 100)  # one 128-byte window needs 129 bytes
