@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from jitbench.harness.spec import SpecError
+from jitbench.reports.table import fmt
 
 EXIT_RUN_FAILED, EXIT_INCORRECT, EXIT_REGRESSION, EXIT_INCOMPARABLE = 3, 4, 5, 6
 
@@ -80,15 +81,7 @@ def _check_sizes(sizes: dict) -> None:
 
 
 def _f(v, digits: int = 2) -> str:
-    if hasattr(v, "item"):  # numpy scalars from a DataFrame
-        v = v.item()
-    if v is None or (isinstance(v, float) and v != v):
-        return "-"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}"
-    return str(v)
+    return fmt(v, digits)
 
 
 Backend = Annotated[str, typer.Option(

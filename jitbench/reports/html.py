@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from jitbench.harness.spec import SpecError
+from jitbench.reports.table import fmt
 
 CSS = """
 body{font-family:-apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;
@@ -70,15 +71,7 @@ def _png(fig) -> bytes:
 
 
 def _fmt(v, digits: int = 2) -> str:
-    if hasattr(v, "item"):
-        v = v.item()
-    if v is None or (isinstance(v, float) and v != v):
-        return "–"
-    if isinstance(v, bool):
-        return "✓" if v else "✗"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}"
-    return str(v)
+    return fmt(v, digits, none="–", yes="✓", no="✗")
 
 
 def _load_table(d: Path):

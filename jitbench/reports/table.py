@@ -11,14 +11,18 @@ SUMMARY_COLUMNS = (
 )
 
 
-def fmt(value: object) -> str:
-    """A cell: seconds to 3 decimals, booleans as yes/no, None as a dash."""
-    if value is None:
-        return "-"
+def fmt(value: object, digits: int = 3, none: str = "-", yes: str = "true",
+        no: str = "false") -> str:
+    """One table cell: floats to ``digits`` decimals, booleans as ``yes``/``no``,
+    None and NaN as ``none``; numpy scalars (from a DataFrame) as Python values."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if value is None or (isinstance(value, float) and value != value):
+        return none
     if isinstance(value, bool):
-        return "true" if value else "false"
+        return yes if value else no
     if isinstance(value, float):
-        return f"{value:.3f}"
+        return f"{value:.{digits}f}"
     return str(value)
 
 
