@@ -36,6 +36,11 @@
    ``floor_s`` seconds (``floor_s x world_size`` for GPU-second metrics): a
    millisecond save that doubles on a loaded machine is noise, not a
    regression. A slower median inside that band is reported as "within noise".
+   A timing the baseline measured but the results did not (all empty) is a
+   regression too: a lost measurement never passes.
+
+A table without the columns these checks read (:data:`INVARIANT_COLUMNS`,
+:data:`TIMINGS`) is incomparable, never a pass.
 
 One line per regressed metric and per broken invariant is printed.
 """
@@ -49,6 +54,9 @@ TIMINGS = ("detect_s", "save_s", "restart_s", "restore_s", "recovery_s", "wasted
            "step_s")
 """Timing metrics compared (lower is better)."""
 KEY = ("workload", "strategy", "fault")
+INVARIANT_COLUMNS = ("completed", "state_equal", "replay_ok", "replayed_steps",
+                     "expected_replayed_steps")
+"""Columns the exact checks read (a table without them is refused, never passed)."""
 MACHINE_KEYS = ("machine_torch",)
 STRICT_MACHINE_KEYS = ("machine_host", "machine_cpus")
 INFO_MACHINE_KEYS = ("machine_host", "machine_cpus", "machine_platform", "machine_python")
@@ -76,6 +84,8 @@ class Check:
     def line(self) -> str:
         if self.status == "violation":
             return f"VIOLATION  {self.config} {self.metric}: {self.detail}"
+        if self.value is None:
+            return f"{'REGRESSION':<12} {self.config} {self.metric}: {self.detail}"
         tag = {"regression": "REGRESSION", "within noise": "within noise", "ok": "ok"}[self.status]
         unit = "GPU-s" if self.metric.endswith("gpu_s") else "s"
         return (f"{tag:<12} {self.config} {self.metric}: {self.value:.3f} {unit} vs baseline "
@@ -183,7 +193,8 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
     for name, t in (("baseline", baseline), ("results", results)):
         if not len(t):
             raise Incomparable(f"the {name} table is empty")
-        for k in (*KEY, "spec_hash", "results_version", *MACHINE_KEYS):
+        for k in (*KEY, "spec_hash", "results_version", *MACHINE_KEYS, *INVARIANT_COLUMNS,
+                  *TIMINGS):
             _col(t, k)
     bv, rv = set(_col(baseline, "results_version")), set(_col(results, "results_version"))
     if bv != rv or len(bv) != 1:
@@ -235,13 +246,14 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
         cfg = _config(r)
         if "repeat" in results.columns and pd.notna(r.get("repeat")):
             cfg += f" (repeat {int(r['repeat'])})"  # one line per run, not N identical ones
-        if "completed" in results.columns and not _truthy(r["completed"]):
+        if not _truthy(r["completed"]):
             v.checks.append(Check(cfg, "completed", "violation", detail="the run did not complete"))
             continue
-        if not _truthy(r.get("state_equal")):
+        if not _truthy(r["state_equal"]):
             v.checks.append(Check(cfg, "state_equal", "violation",
-                                  detail=f"false (max_abs_diff {r.get('max_abs_diff')})"))
-        if not _truthy(r.get("replay_ok")):
+                                  detail=(f"false (max_abs_diff {r.get('max_abs_diff')})"
+                                          if pd.notna(r["state_equal"]) else "not recorded")))
+        if not _truthy(r["replay_ok"]):
             v.checks.append(Check(cfg, "replayed_steps", "violation",
                                   detail=f"replayed {r.get('replayed_steps')}, expected "
                                          f"{r.get('expected_replayed_steps')}"
@@ -255,10 +267,13 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
         cfg = "/".join(map(str, k))
         world = int(results[sel_r]["world_size"].iloc[0]) if "world_size" in results else 1
         for m in TIMINGS:
-            if m not in baseline.columns or m not in results.columns:
-                continue
             b = [float(x) for x in pd.to_numeric(baseline[sel_b][m], errors="coerce").dropna()]
             r = [float(x) for x in pd.to_numeric(results[sel_r][m], errors="coerce").dropna()]
+            if b and not r:  # a measurement that got lost is not a pass
+                v.checks.append(Check(cfg, m, "regression", baseline=statistics.median(b),
+                                      detail=f"not measured in the results ({len(b)} baseline "
+                                             "runs measured it)"))
+                continue
             if not b or not r:
                 continue
             mb, mr = statistics.median(b), statistics.median(r)

@@ -134,6 +134,28 @@ def test_gate_refuses_incomparable_results(change, needle):
         g.compare(_table(), _table(n_rep=1, **change))
 
 
+@pytest.mark.parametrize("column", ["completed", "replay_ok", "state_equal", "restart_s"])
+def test_gate_never_passes_a_table_without_what_it_checks(column):
+    """A results (or baseline) table without a checked column is refused, not passed."""
+    with pytest.raises(g.Incomparable, match=f"lacks the column '{column}'"):
+        g.compare(_table(), _table(n_rep=1).drop(columns=[column]))
+    with pytest.raises(g.Incomparable, match=f"lacks the column '{column}'"):
+        g.compare(_table().drop(columns=[column]), _table(n_rep=1))
+
+
+def test_gate_a_lost_measurement_is_a_regression_and_a_missing_invariant_is_named():
+    new = _table(n_rep=1)
+    new["restart_s"] = float("nan")
+    new["state_equal"] = new["state_equal"].astype(object)
+    new.loc[0, "state_equal"] = None
+    v = g.compare(_table(), new)
+    lost = [c for c in v.regressions if c.metric == "restart_s"]
+    assert len(lost) == 4 and all("not measured in the results" in c.line() for c in lost)
+    [bad] = v.violations
+    assert bad.metric == "state_equal" and bad.detail == "not recorded"
+    assert v.lines()[-1].startswith("gate: FAIL")
+
+
 def test_gate_refuses_missing_configurations_and_notes_other_hosts():
     base, new = _table(), _table(n_rep=1)
     with pytest.raises(g.Incomparable, match="missing from the results"):
