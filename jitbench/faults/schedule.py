@@ -77,6 +77,14 @@ TOP_KEYS = ("description", "fault", "poisson")
 FAULT_KEYS = ("kind", "rank", "step", "time_s", "every_steps", "count", "every_attempt", "id")
 POISSON_KEYS = ("kinds", "ranks", "mtbf_steps", "mtbf_s", "horizon_s", "start_step",
                 "max_faults")
+MAX_FAULTS = 1000
+"""Most faults one plan may hold (each failing fault costs a restart; a plan past
+this is a typo, and building it would only use up memory)."""
+MIN_MTBF_STEPS = 0.05
+"""Smallest ``mtbf_steps``: at most one fault fires per step, so below one step
+arrivals only merge (and below this, drawing them takes longer than the run)."""
+MIN_MTBF_S = 0.001
+"""Smallest ``mtbf_s`` (s): fault times are kept to the microsecond."""
 
 
 class ScheduleError(ValueError):
@@ -116,6 +124,10 @@ def every(kind: str, rank: int, every_steps: int, steps: int, start: int | None 
     """One fault every ``every_steps`` steps from ``start`` (default ``every_steps``),
     at most ``count`` times, up to step ``steps - 1``."""
     first = every_steps if start is None else start
+    n = len(range(first, steps, every_steps))
+    if min(n, count if count is not None else n) > MAX_FAULTS:
+        raise ScheduleError(f"every {every_steps} steps over {steps} steps is {n} faults, more "
+                            f"than {MAX_FAULTS} in one plan; give a count or a longer interval")
     out = []
     for step in range(first, steps, every_steps):
         if count is not None and len(out) >= count:
@@ -138,8 +150,15 @@ def poisson(kinds: list[str], ranks: list[int], steps: int, seed: int, *,
     if (mtbf_steps is None) == (mtbf_s is None):
         raise ScheduleError("poisson: give exactly one of mtbf_steps and mtbf_s")
     mtbf = mtbf_steps if mtbf_steps is not None else mtbf_s
-    if not mtbf or mtbf <= 0:
-        raise ScheduleError(f"poisson: the MTBF must be > 0, got {mtbf}")
+    if not (math.isfinite(mtbf) and mtbf > 0):
+        raise ScheduleError(f"poisson: the MTBF must be a finite number > 0, got {mtbf}")
+    low, unit = (MIN_MTBF_STEPS, "steps") if mtbf_steps is not None else (MIN_MTBF_S, "s")
+    if mtbf < low:
+        raise ScheduleError(f"poisson: an MTBF of {mtbf:g} {unit} is below {low:g} {unit} "
+                            + ("(at most one fault fires per step)" if unit == "steps"
+                               else "(fault times are kept to the microsecond)"))
+    if horizon_s is not None and not (math.isfinite(horizon_s) and horizon_s >= 0):
+        raise ScheduleError(f"poisson: horizon_s must be a finite number >= 0, got {horizon_s}")
     if mtbf_s is not None and horizon_s is None and max_faults is None:
         raise ScheduleError("poisson: mtbf_s needs horizon_s or max_faults (the run's "
                             "length in seconds is not known in advance)")
@@ -150,6 +169,9 @@ def poisson(kinds: list[str], ranks: list[int], steps: int, seed: int, *,
     t = float(start_step - 1) if mtbf_steps is not None else 0.0
     used: set[int] = set()
     while max_faults is None or len(out) < max_faults:
+        if len(out) >= MAX_FAULTS:
+            raise ScheduleError(f"poisson: more than {MAX_FAULTS} faults in one plan (MTBF "
+                                f"{mtbf:g} {unit}); raise the MTBF or give a fault count")
         t += rng.expovariate(1.0 / mtbf)
         kind, rank = rng.choice(kinds), rng.choice(ranks)
         if mtbf_steps is not None:
@@ -163,7 +185,10 @@ def poisson(kinds: list[str], ranks: list[int], steps: int, seed: int, *,
         else:
             if horizon_s is not None and t >= horizon_s:
                 break
-            out.append(FaultSpec(kind, rank, start_step, time_s=round(t, 6)))
+            ts = round(t, 6)
+            if out and ts <= out[-1].time_s:  # two arrivals in one microsecond: keep both
+                ts = round(out[-1].time_s + 1e-6, 6)
+            out.append(FaultSpec(kind, rank, start_step, time_s=ts))
     return out
 
 
@@ -353,11 +378,17 @@ def plan_from_options(kind: str | None, rank: int, step: int | None, steps: int,
         raise ScheduleError("--fault-count needs --fault-every or --fault-mtbf-steps/-s")
     if count is not None and count < 1:
         raise ScheduleError(f"--fault-count must be >= 1, got {count}")
+    if time_s is not None and not (math.isfinite(time_s) and time_s >= 0):
+        raise ScheduleError(f"--fault-time-s must be a finite number >= 0, got {time_s}")
     if mtbf_steps is not None or mtbf_s is not None:
-        faults = poisson([kind], [rank], steps, seed, mtbf_steps=mtbf_steps, mtbf_s=mtbf_s,
-                         horizon_s=None, start_step=1 if step is None else step,
-                         max_faults=count if count is not None else
-                         (None if mtbf_steps is not None else 10))
+        flag = "--fault-mtbf-steps" if mtbf_steps is not None else "--fault-mtbf-s"
+        try:
+            faults = poisson([kind], [rank], steps, seed, mtbf_steps=mtbf_steps, mtbf_s=mtbf_s,
+                             horizon_s=None, start_step=1 if step is None else step,
+                             max_faults=count if count is not None else
+                             (None if mtbf_steps is not None else 10))
+        except ScheduleError as exc:  # name the flag, not the function
+            raise ScheduleError(str(exc).replace("poisson: ", f"{flag}: ", 1)) from None
         for f in faults:
             f.params, f.every_attempt = dict(parsed), every_attempt
     elif every_steps is not None:

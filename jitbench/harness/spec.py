@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -189,10 +190,14 @@ class RunSpec:
             raise SpecError("batch size and gradient accumulation must be >= 1")
         for name in ("hang_floor_s", "hang_factor", "hang_first_s", "pg_timeout_s"):
             value = getattr(self, name)
-            if not value > 0:
-                raise SpecError(f"--{name.replace('_', '-')} must be > 0, got {value}")
+            if not (math.isfinite(value) and value > 0):
+                raise SpecError(f"--{name.replace('_', '-')} must be a finite number > 0, "
+                                f"got {value}")
         if self.max_restarts < 0:
             raise SpecError(f"--max-restarts must be >= 0, got {self.max_restarts}")
+        if self.faults and self.workload.steps < 2:
+            raise SpecError(f"a fault needs a run of at least 2 steps (it fires inside a step "
+                            f"before the last), got --steps {self.workload.steps}")
         for f in self.faults:
             if f.kind not in FAULTS:
                 raise SpecError(f"unknown fault {f.kind!r}; one of {', '.join(sorted(FAULTS))}")

@@ -57,6 +57,9 @@ def _one_line(err: str) -> str:
     (["--fault", "none", "--fault-step", "5"], "--fault-step needs a --fault"),
     (["--fault", "none", "--every-attempt"], "--every-attempt needs a --fault"),
     (["--mtbf", "30m"], "--mtbf sizes the interval of periodic:auto"),
+    (["--steps", "1"], "a fault needs a run of at least 2 steps"),
+    (["--hang-floor-s", "inf"], "--hang-floor-s must be a finite number > 0"),
+    (["--fault-mtbf-steps", "1e-12"], "--fault-mtbf-steps: an MTBF of 1e-12 steps"),
 ])
 def test_bad_flags(jb, tmp_path, args, needle):
     code, err = jb("run", *args, "--run-dir", str(tmp_path / "r"))

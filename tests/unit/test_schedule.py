@@ -3,6 +3,7 @@ validation, and the CLI's fault options."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -116,6 +117,12 @@ def test_scenario_file_expands(tmp_path):
     ("[[poisson]]\nkinds=['kill']\nmtbf_steps=-3.0\n", "mtbf_steps must be > 0"),
     ("[[poisson]]\nkinds=['kill']\nmtbf_steps=3.0\nranks=[7]\n", "rank 7 is outside"),
     ("[[poisson]]\nkinds=['kill']\nmtbf=3.0\n", "unknown key 'mtbf'"),
+    # absurd MTBFs: refused at once, never a loop that does not end or eats memory
+    ("[[poisson]]\nkinds=['kill']\nmtbf_steps=1e-300\n", "is below 0.05 steps"),
+    ("[[poisson]]\nkinds=['kill']\nmtbf_s=1e-9\nhorizon_s=1e9\n", "is below 0.001 s"),
+    ("[[poisson]]\nkinds=['kill']\nmtbf_s=1.0\nhorizon_s=1e9\n", "more than 1000 faults"),
+    ("[[poisson]]\nkinds=['kill']\nmtbf_s=nan\nmax_faults=2\n", "finite"),
+    ("[[poisson]]\nkinds=['kill']\nmtbf_s=1.0\nhorizon_s=inf\n", "finite"),
     ("seed = 3\n[[fault]]\nkind='kill'\n", "unknown key 'seed'"),
     ("fault = 3\n", "fault must be an array of tables"),
     ("description = 'nothing'\n", "no faults"),
@@ -128,6 +135,26 @@ def test_scenario_validation_is_one_line(tmp_path, text, needle):
         load_scenario(p, nproc=2, steps=20, seed=0)
     assert needle in str(ei.value) and "\n" not in str(ei.value), str(ei.value)
     assert str(p) in str(ei.value)
+
+
+@pytest.mark.parametrize("opts, needle", [
+    (dict(mtbf_steps=1e-12), "--fault-mtbf-steps: an MTBF of 1e-12 steps is below 0.05"),
+    (dict(mtbf_steps=float("nan")), "--fault-mtbf-steps: the MTBF must be a finite number"),
+    (dict(mtbf_s=float("inf")), "--fault-mtbf-s: the MTBF must be a finite number"),
+    (dict(mtbf_s=1e-300), "--fault-mtbf-s: an MTBF of 1e-300 s is below 0.001 s"),
+    (dict(time_s=float("inf")), "--fault-time-s must be a finite number >= 0"),
+    (dict(every_steps=1, steps=10**8), "more than 1000 in one plan"),
+])
+def test_plan_from_options_refuses_absurd_schedules_at_once(opts, needle):
+    steps = opts.pop("steps", 20)
+    with pytest.raises(ScheduleError, match=re.escape(needle)):
+        plan_from_options("kill", 1, None, steps, 2, 0, **opts)
+
+
+def test_poisson_arrivals_in_one_microsecond_get_distinct_ids():
+    plan = plan_from_options("kill", 1, None, 20, 2, 3, mtbf_s=0.001, count=400)
+    times = [f.time_s for f in plan]
+    assert len(plan) == 400 and times == sorted(times) and len(set(times)) == 400
 
 
 def test_plan_from_options():
