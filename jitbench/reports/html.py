@@ -340,9 +340,16 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
     if t is None and osum is None:
         raise SpecError(f"{directory}: no results.parquet, records.csv or overhead.csv to report")
     html_path = Path(out_path) if out_path else d / "report.html"
+    if html_path.suffix.lower() == ".md":
+        raise SpecError(f"--out {out_path}: give the HTML file to write; the markdown is "
+                        f"written beside it ({html_path.stem}.md), so it would replace the HTML")
     md_path = html_path.with_suffix(".md")
     files_dir = html_path.with_name(html_path.stem + "_files")
-    files_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        files_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(f"cannot write the report into {html_path.parent}: "
+                        f"{exc.strerror}") from None
     figures: list[tuple[str, str, str, bytes]] = []  # (section, title, caption, png)
 
     meta: dict = {}
@@ -401,7 +408,7 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
 
     mbody, mmd = _model_sections(d, t, figures)
     for i, (_, _, _, png) in enumerate(figures):
-        (files_dir / f"fig{i:02d}.png").write_bytes(png)
+        _save(files_dir / f"fig{i:02d}.png", png)
 
     # ------------------------------------------------------------ HTML
     title = "jitbench report"
@@ -473,6 +480,14 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
     page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
             f'<meta name="viewport" content="width=device-width,initial-scale=1">'
             f"<style>{CSS}</style></head><body><main>{''.join(body)}</main></body></html>")
-    html_path.write_text(page, encoding="utf-8")
-    md_path.write_text("\n".join(md) + "\n", encoding="utf-8")
+    _save(html_path, page.encode("utf-8"))
+    _save(md_path, ("\n".join(md) + "\n").encode("utf-8"))
     return html_path, md_path
+
+
+def _save(path: Path, data: bytes) -> None:
+    """Write one report file; an OS error (full disk, no permission) is one line."""
+    try:
+        path.write_bytes(data)
+    except OSError as exc:
+        raise SpecError(f"cannot write {path}: {exc.strerror}") from None

@@ -57,8 +57,22 @@ def load_results(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
     Raises:
         FileNotFoundError: nothing usable at ``path``.
+        ValueError: the table is not a jitbench records/results table (it lacks
+            one of :data:`RUN_COLUMNS`).
     """
-    p = Path(path)
+    runs, failures = _load(Path(path))
+    missing = [c for c in RUN_COLUMNS if c not in runs.columns]
+    if missing:
+        raise ValueError(f"{path}: not a jitbench records or results table (no column "
+                         f"{', '.join(missing)})")
+    return runs, failures
+
+
+RUN_COLUMNS = ("workload", "strategy", "world_size", "num_failures", "step_s", "wasted_gpu_s")
+"""Columns of a run the validation reads (a records or results table has them)."""
+
+
+def _load(p: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     table = next((p / n for n in ("results.parquet", "results.csv") if (p / n).is_file()), None)
     if p.is_dir() and table is not None:  # a sweep: its table, each run's failures
         runs = pd.read_parquet(table) if table.suffix == ".parquet" else pd.read_csv(table)

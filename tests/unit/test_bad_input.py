@@ -7,8 +7,10 @@ every case is rejected before anything is launched.
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -258,6 +260,10 @@ def test_benchmark_commands_refuse_bad_tables_and_options(jb, tmp_path):
     (sweep / "results.csv").write_text(other.read_text())
     base = tmp_path / "base.csv"
     base.write_text("workload,strategy,fault,state_equal\ngpt,jit,kill,True\n")
+    good = tmp_path / "good"
+    good.mkdir()
+    shutil.copy(Path(__file__).parents[2] / "benchmarks" / "baseline-cpu.csv",
+                good / "results.csv")
     cases = [
         (("report", str(sweep)), "not a jitbench results table"),
         (("report", str(sweep), "--out", str(tmp_path)), "is a directory"),
@@ -269,7 +275,9 @@ def test_benchmark_commands_refuse_bad_tables_and_options(jb, tmp_path):
         (("sweep", "--resume", "--out", str(garbage)), "is not a directory"),
         (("sweep", "--seeds", "-1", "--out", str(tmp_path / "s")), "--seeds must be"),
         (("run", "--seed", "-1", "--run-dir", str(tmp_path / "r")), "--seed must be"),
-        (("validate", str(other)), "no run with a failure"),
+        (("validate", str(other)), "not a jitbench records or results table (no column"),
+        (("report", str(good), "--out", str(tmp_path / "r.md")), "the markdown is written"),
+        (("report", str(good), "--out", "/proc/nope/r.html"), "cannot write the report into"),
     ]
     for args, needle in cases:
         code, err = jb(*args)
