@@ -63,7 +63,8 @@ def prepare_dir(run_dir: Path, overwrite: bool = False, spec: RunSpec | None = N
 
     Raises:
         RunDirError: it exists and is not empty (and ``overwrite`` is False),
-            it is not a directory, or it cannot be created.
+            it is not a directory, it cannot be created, or ``overwrite`` would
+            delete the spec's own ``ckpt_dir`` (one inside the run directory).
     """
     run_dir = Path(run_dir)
     if spec is not None and spec.nnodes > 1 and (run_dir / "spec.json").exists():
@@ -80,6 +81,12 @@ def prepare_dir(run_dir: Path, overwrite: bool = False, spec: RunSpec | None = N
                 # --overwrite replaces an earlier run, never an arbitrary directory
                 raise RunDirError(f"run directory {run_dir} is not a jitbench run directory "
                                   "(no spec.json); --overwrite only replaces runs")
+            ck = Path(spec.ckpt_dir).resolve() if spec is not None and spec.ckpt_dir else None
+            if ck is not None and ck.is_relative_to(run_dir.resolve()) and ck.exists():
+                # the checkpoints the run was asked to resume from are not the old run's
+                raise RunDirError(f"--ckpt-dir {spec.ckpt_dir} lies inside the run directory "
+                                  f"that --overwrite would delete; move it out of {run_dir} "
+                                  "or drop --overwrite")
             import shutil
 
             shutil.rmtree(run_dir)

@@ -134,6 +134,13 @@ def test_run_directory_is_never_overwritten_or_misused(jb, tmp_path):
     code, err = jb("run", "--run-dir", str(f / "sub"))
     assert code == 2 and "cannot create run directory" in _one_line(err)
     assert f.read_text() == "x"
+    # --overwrite never deletes the --ckpt-dir the run is to resume from
+    (d / "spec.json").write_text("{}")
+    (d / "ckpt").mkdir()
+    (d / "ckpt" / "notes.txt").write_text("mine")
+    code, err = jb("run", "--run-dir", str(d), "--overwrite", "--ckpt-dir", str(d / "ckpt"))
+    assert code == 2 and "lies inside the run directory that --overwrite" in _one_line(err)
+    assert (d / "ckpt" / "notes.txt").read_text() == "mine"
 
 
 def _spec_fingerprint(**kw) -> str:
