@@ -359,6 +359,7 @@ def _int_list(text: str) -> list[int]:
 
 @app.command()
 def model(
+    ctx: typer.Context,
     gpus: Annotated[str, typer.Option(help="Comma-separated world sizes (GPUs).")]
     = "8,64,512,1024,4096,16384,100000",
     mtbf_hours_per_gpu: Annotated[float, typer.Option(
@@ -374,7 +375,7 @@ def model(
     restore_s: Annotated[float, typer.Option(help="Checkpoint restore (s).")] = 60.0,
     from_results: Annotated[Path | None, typer.Option(
         help="Records table (CSV/Parquet) of measured runs, or a sweep directory: its "
-        "medians replace the costs.")]
+        "medians replace the costs not given as flags.")]
     = None,
     horizon_hours: Annotated[float, typer.Option(help="Simulated job length (h).")] = 720.0,
     trials: Annotated[int, typer.Option(help="Monte Carlo trials per point.")] = 100,
@@ -384,11 +385,14 @@ def model(
     as_json: Json = False,
 ) -> None:
     """Wasted GPU-hours and goodput vs world size: analytic model and failure simulator."""
-    from jitbench.reports.modelcmd import model_main
+    from jitbench.reports.modelcmd import RESULT_COLUMNS, model_main
 
+    # typer ships its own click; compare the source's name, not click's enum
+    given = frozenset(k for k in RESULT_COLUMNS.values()
+                      if getattr(ctx.get_parameter_source(k), "name", None) == "COMMANDLINE")
     code = model_main(_int_list(gpus), mtbf_hours_per_gpu, step_s, checkpoint_s, restart_s,
                       detect_s, save_s, restore_s, from_results, horizon_hours, trials, seed,
-                      as_json, out)
+                      as_json, out, explicit=given)
     if code:
         raise typer.Exit(code)
 

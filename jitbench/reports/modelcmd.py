@@ -36,6 +36,10 @@ CROSSOVER_PAIRS: tuple[tuple[str, str], ...] = (
     ("jit-transparent", "periodic-async"),
 )
 
+MAX_GPUS = 1_000_000
+"""Largest world size modelled (the simulator's failure traces grow with N; the
+range of interest is 8 to 100,000 GPUs)."""
+
 RESULT_COLUMNS: dict[str, str] = {
     "step_time_s": "step_s",
     "step_s": "step_s",  # jitbench's own records name the median step time so
@@ -358,6 +362,7 @@ def model_main(
     gpus_per_host: int = 8,
     replicas_per_shard: int | None = None,
     weibull_shape: float | None = None,
+    explicit: frozenset[str] = frozenset(),
 ) -> int:
     """Print wasted GPU-hours per day and goodput of jit, jit-transparent,
     periodic (Young/Daly optimum) and periodic-async for each world size in
@@ -366,16 +371,18 @@ def model_main(
     Durations in seconds, ``mtbf_hours_per_gpu`` and ``horizon_hours`` in
     hours. ``from_results`` (CSV/Parquet records) overrides the step, save,
     restore, restart, detect and checkpoint costs with its medians (see
-    :func:`load_params_from_results`). ``as_json``: one JSON object on stdout
+    :func:`load_params_from_results`), except those named in ``explicit``
+    (parameters the user gave on the command line: a flag wins). ``as_json``: one JSON object on stdout
     instead of the table. ``out_dir``: also write ``model.csv`` and
     ``model.png`` there. Returns 0, or 2 on bad input (one line on stderr).
     """
     try:
         if not gpus:
             raise InputError("--gpus: give at least one world size")
-        bad = [g for g in gpus if int(g) != g or g < 1]
+        bad = [g for g in gpus if int(g) != g or not 1 <= g <= MAX_GPUS]
         if bad:
-            raise InputError(f"--gpus: world sizes must be integers >= 1 (got {bad[0]})")
+            raise InputError(f"--gpus: world sizes must be integers in 1..{MAX_GPUS:,} "
+                             f"(got {bad[0]})")
         ns = sorted({int(g) for g in gpus})
         if trials < 1:
             raise InputError(f"--trials must be >= 1 (got {trials})")
@@ -398,6 +405,7 @@ def model_main(
         results_info: dict[str, Any] | None = None
         if from_results is not None:
             overrides, results_info = load_params_from_results(Path(from_results))
+            overrides = {k: v for k, v in overrides.items() if k not in explicit}
             params = replace(params, **overrides)
             sources.update({k: "results" for k in overrides})
         try:

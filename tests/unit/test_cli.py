@@ -95,6 +95,19 @@ def test_model_command_prints_json_table(tmp_path):
     assert (tmp_path / "model.csv").exists() and (tmp_path / "model.png").exists()
 
 
+def test_model_command_flags_win_over_measured_costs():
+    import json
+    from pathlib import Path
+
+    base = Path(__file__).parents[2] / "benchmarks" / "baseline-cpu.csv"
+    p = _cli("model", "--gpus", "1024", "--trials", "2", "--horizon-hours", "50", "--json",
+             "--from-results", str(base), "--step-s", "2")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["params"]["step_s"] == 2.0 and doc["sources"]["step_s"] == "flag"
+    assert doc["sources"]["save_s"] == "results"
+
+
 def test_model_command_bad_gpus():
     p = _cli("model", "--gpus", "8,x")
     assert p.returncode == 2 and "--gpus" in p.stderr and "Traceback" not in p.stderr

@@ -290,11 +290,17 @@ def test_model_main_from_results(tmp_path, capsys):
         assert params["detect_s"] == 30.0 and sources["detect_s"] == "flag"
         assert sources["save_s"] == "results"
         assert out["from_results"]["world_size_median"] == 4
+    # a cost given as a flag wins over the measured one
+    assert model_main(**{**ARGS, "from_results": tmp_path / "r.csv", "save_s": 7.0},
+                      explicit=frozenset({"save_s"})) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["params"]["save_s"] == 7.0 and out["sources"]["save_s"] == "flag"
+    assert out["params"]["restart_s"] == 20.0 and out["sources"]["restart_s"] == "results"
 
 
 @pytest.mark.parametrize("change", [
     {"gpus": []}, {"gpus": [0]}, {"trials": 0}, {"step_s": -1.0}, {"mtbf_hours_per_gpu": 0.0},
-    {"horizon_hours": 0.0}, {"seed": -1},
+    {"horizon_hours": 0.0}, {"seed": -1}, {"gpus": [10_000_000_000]},
 ])
 def test_model_main_bad_flags(change, capsys):
     assert model_main(**{**ARGS, **change}) == 2
