@@ -130,7 +130,9 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON lines.")]
         = False,
     ) -> None:
-        """Run workloads x strategies x faults (x seeds x repeats) into one results table."""
+        """Run workloads x strategies x faults into one results table.
+
+        Each cell (x seeds x repeats) is one run with its fault-free reference."""
         from jitbench.harness.sweep import SweepConfig, run_sweep
 
         size_map = _sizes(sizes)
@@ -207,7 +209,9 @@ def register(app: typer.Typer) -> None:
         overwrite: Annotated[bool, typer.Option(help="Replace a non-empty --out.")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
     ) -> None:
-        """Steady-state overhead: every strategy fault-free, interleaved, in one launch."""
+        """Steady-state overhead of each strategy versus none.
+
+        Every strategy fault-free, interleaved in segments of one launch."""
         from jitbench.harness.overhead import OverheadConfig, run_overhead
         from jitbench.harness.spec import RunSpec
         from jitbench.workloads import WorkloadConfig
@@ -247,7 +251,9 @@ def register(app: typer.Typer) -> None:
             "--out", help="HTML file (default DIR/report.html; markdown beside it).")] = None,
         max_timelines: Annotated[int, typer.Option(help="Timelines drawn at most.")] = 16,
     ) -> None:
-        """Write a markdown and one self-contained HTML report (plots inline) for DIR."""
+        """Write an HTML and a markdown report for DIR.
+
+        The HTML is one self-contained file (plots inline, no network)."""
         from jitbench.reports.html import write_report
 
         html, md = write_report(directory, out_path, overhead_dir, max_timelines=max_timelines)
@@ -270,8 +276,10 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print every comparison as "
                                                              "JSON.")] = False,
     ) -> None:
-        """Compare RESULTS with a stored baseline: exit 4 if an invariant is broken, 5 on a
-        timing regression, 6 if the results are not comparable."""
+        """Compare RESULTS with a stored baseline; fail on a regression.
+
+        Exit 4 if an invariant is broken, 5 on a timing regression, 6 if the
+        results are not comparable with the baseline."""
         from jitbench.harness.sweep import load_results
         from jitbench.reports import gate as g
 

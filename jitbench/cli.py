@@ -37,7 +37,7 @@ from jitbench.workloads import DataError, WorkloadConfig
 EXIT_OK, EXIT_INTERNAL, EXIT_INPUT, EXIT_RUN_FAILED, EXIT_INCORRECT = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED = 130
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, rich_markup_mode=None, no_args_is_help=True,
                   help="Fault-injection testbed and benchmark for JIT checkpointing.")
 err = Console(stderr=True)
 out = Console(width=200) if not sys.stdout.isatty() else Console()  # CI logs: no squeeze
@@ -186,7 +186,10 @@ def run(
     mtbf: MtbfOpt = None,
     as_json: Json = False,
 ) -> None:
-    """Train a workload under a checkpointing strategy, inject a fault, measure recovery."""
+    """Train, inject a fault, measure the recovery.
+
+    Trains a workload under a checkpointing strategy, injects the fault, and
+    compares the final state with a fault-free reference run."""
     extra: dict = {}
     if amp != "off" or schedule is not None:
         if workload != "gpt":
@@ -384,7 +387,10 @@ def model(
     = None,
     as_json: Json = False,
 ) -> None:
-    """Wasted GPU-hours and goodput vs world size: analytic model and failure simulator."""
+    """Wasted GPU time and goodput vs world size.
+
+    The analytic model and the failure simulator side by side, for jit and the
+    periodic baselines."""
     from jitbench.reports.modelcmd import RESULT_COLUMNS, model_main
 
     # typer ships its own click; compare the source's name, not click's enum
@@ -407,7 +413,9 @@ def validate(
                                                   "CSV here.")] = None,
     as_json: JsonRows = False,
 ) -> None:
-    """Model-predicted vs measured wasted GPU time for measured fault campaigns."""
+    """Model-predicted vs measured wasted GPU time.
+
+    For the measured fault campaigns of RESULTS (a sweep with Poisson faults)."""
     from jitbench.reports.validate import TOLERANCE_PCT, load_results, validation_table
 
     try:
@@ -461,7 +469,7 @@ def main() -> None:
         pass
     try:
         # click returns (does not raise) a typer.Exit's status when not standalone
-        rc = app(standalone_mode=False)
+        rc = app(prog_name="jitbench", standalone_mode=False)
         if isinstance(rc, int) and rc:
             sys.exit(rc)
     except (InputError, SpecError, DataError) as exc:
@@ -475,8 +483,10 @@ def main() -> None:
     except SystemExit:
         raise
     except Exception as exc:  # noqa: BLE001
-        if hasattr(exc, "show") and hasattr(exc, "exit_code"):  # click/typer usage errors
-            exc.show()
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):  # usage errors
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            _line(f"error: {' '.join(exc.format_message().split())}{hint}")
             sys.exit(exc.exit_code)
         if type(exc).__name__ == "Abort":
             sys.exit(EXIT_INTERRUPTED)

@@ -60,6 +60,8 @@ def _one_line(err: str) -> str:
     (["--fault", "none", "--every-attempt"], "--every-attempt needs a --fault"),
     (["--mtbf", "30m"], "--mtbf sizes the interval of periodic:auto"),
     (["--steps", "1"], "a fault needs a run of at least 2 steps"),
+    (["--bogus"], "error: No such option: --bogus (see 'jitbench run --help')"),
+    (["--steps", "many"], "Invalid value for '--steps'"),
     (["--hang-floor-s", "inf"], "--hang-floor-s must be a finite number > 0"),
     (["--fault-mtbf-steps", "1e-12"], "--fault-mtbf-steps: an MTBF of 1e-12 steps"),
 ])
