@@ -341,10 +341,11 @@ def faults(as_json: JsonRows = False) -> None:
 
     t = Table(title="faults (jitbench run --fault NAME [--fault-param KEY=VALUE])")
     for col in ("name", "family", "fires", "summary", "parameters"):
-        t.add_column(col)
+        # names and parameters are typed back on the command line: never cut
+        t.add_column(col, no_wrap=col in ("name", "family", "fires"), overflow="fold")
     for r in rows:
         t.add_row(r["name"], r["family"], r["point"], r["summary"],
-                  ", ".join(f"{k}={v['default']}" for k, v in r["params"].items()))
+                  " ".join(f"{k}={v['default']}" for k, v in r["params"].items()))
     out.print(t)
 
 
@@ -434,18 +435,27 @@ def validate(
     if as_json:
         print(table.to_json(orient="records"))
     else:
+        from rich import box
         from rich.table import Table
 
-        t = Table(title=f"model vs measured wasted GPU-s (tolerance {TOLERANCE_PCT:.0f}%)")
+        ok = int(table["within_tolerance"].sum())
+        sources = sorted(set(map(str, table.get("phases_from", []))))
+        t = Table(title=f"model vs measured wasted GPU-s (tolerance {TOLERANCE_PCT:.0f}%)",
+                  caption=f"{ok} of {len(table)} groups within {TOLERANCE_PCT:.0f}%; phase "
+                          f"costs from {', '.join(sources)} (--csv/--json: every column)",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
         labels = {"workload": "workload", "strategy": "strategy", "fault": "fault",
-                  "runs": "runs", "failures": "fails", "measured_wasted_gpu_s": "measured",
-                  "predicted_wasted_gpu_s": "predicted", "error_pct": "error %",
-                  "within_tolerance": "ok", "phases_from": "costs from"}
-        for col in table.columns:
-            t.add_column(labels.get(col, col), justify="left" if col in (
-                "workload", "strategy", "fault", "phases_from") else "right")
+                  "runs": "runs", "failures": "fails", "measured_wasted_gpu_s": "meas.",
+                  "predicted_wasted_gpu_s": "pred.", "error_pct": "err %"}
+        cols = [c for c in table.columns if c in labels]  # 8 columns: fits 80 wide
+        for col in cols:
+            t.add_column(labels[col], no_wrap=True, justify="left" if col in (
+                "workload", "strategy", "fault") else "right")
         for _, row in table.iterrows():
-            t.add_row(*[f"{v:.2f}" if isinstance(v, float) else str(v) for v in row])
+            cells = [f"{row[c]:.2f}" if isinstance(row[c], float) else str(row[c]) for c in cols]
+            if not row["within_tolerance"]:
+                cells[-1] += " !"
+            t.add_row(*cells)
         out.print(t)
     if strict and not table["within_tolerance"].all():
         raise typer.Exit(EXIT_INCORRECT)
