@@ -104,10 +104,33 @@ def dir_usage_bytes(d: Path) -> int:
     return total
 
 
-def _needs_checkpoints(cls: type[Fault], run: Any) -> str | None:
+def _needs_checkpoints(cls: type[Fault], run: Any, spec: FaultSpec | None = None) -> str | None:
+    """Why this storage fault could never fire in ``run`` (None: it can).
+
+    ``none`` writes no checkpoints. ``jit`` writes one only when a peer fails,
+    so a write fault needs another failing fault at or after its step, and
+    ``corrupt`` (which damages the newest committed checkpoint) one before its
+    step; a time-triggered failing fault is given the benefit of the doubt.
+    Without this check the fault never fires and the run reports a fault-free
+    recovery (found by a new-user pass).
+    """
     if run.strategy == "none":
         return f"{cls.name}: strategy none writes no checkpoints; use jit or periodic:N"
-    return None
+    if spec is None or run.strategy != "jit":
+        return None
+    from jitbench.faults import FAULTS
+
+    before = cls.point == "step"  # corrupt: a checkpoint must exist by step k
+    for f in run.faults:
+        other = FAULTS.get(f.kind)
+        if f is spec or other is None or other.family == "storage" or not other.fails_job:
+            continue
+        if f.time_s is not None or (f.step < spec.step if before else f.step >= spec.step):
+            return None
+    where = "before" if before else "at or after"
+    return (f"{cls.name}: under jit a checkpoint is written only when a peer fails, and no "
+            f"failing fault comes {where} step {spec.step}; add one (--scenario) or use "
+            f"periodic:N")
 
 
 class FillFilesystem(Fault):
@@ -128,7 +151,7 @@ class FillFilesystem(Fault):
 
     @classmethod
     def check_run(cls, spec: FaultSpec, run: Any) -> str | None:
-        return _needs_checkpoints(cls, run)
+        return _needs_checkpoints(cls, run, spec)
 
     def due(self, ctx: dict[str, Any]) -> bool:
         if ctx.get("op") != "write":
@@ -168,7 +191,7 @@ class FailStorageIo(Fault):
 
     @classmethod
     def check_run(cls, spec: FaultSpec, run: Any) -> str | None:
-        return _needs_checkpoints(cls, run)
+        return _needs_checkpoints(cls, run, spec)
 
     def due(self, ctx: dict[str, Any]) -> bool:
         if ctx.get("op") != self.p["op"] or not ctx["path"].name.startswith(("jit_", "periodic_")):
@@ -209,7 +232,7 @@ class TearWrite(Fault):
 
     @classmethod
     def check_run(cls, spec: FaultSpec, run: Any) -> str | None:
-        return _needs_checkpoints(cls, run)
+        return _needs_checkpoints(cls, run, spec)
 
     @staticmethod
     def commit_ops(total_bytes: int) -> int:
@@ -255,7 +278,7 @@ class CorruptCheckpoint(Fault):
 
     @classmethod
     def check_run(cls, spec: FaultSpec, run: Any) -> str | None:
-        return _needs_checkpoints(cls, run)
+        return _needs_checkpoints(cls, run, spec)
 
     def event_fields(self, ctx: dict[str, Any]) -> dict:
         parts = ckpt.list_parts(ctx["ckpt_dir"])

@@ -27,6 +27,7 @@ from jitbench.harness.spec import RunSpec, SpecError
 from jitbench.runtime import checkpoint as ckpt
 from jitbench.runtime.events import EventLog, read_events
 from jitbench.runtime.notice import PeerNotices
+from jitbench.workloads import WorkloadConfig
 
 ISSUE_KINDS = {"kill", "term", "segfault", "exception", "exit", "nccl-hang", "nccl-timeout",
                "desync", "slow", "xid", "enospc", "eio", "torn-write", "corrupt"}
@@ -98,6 +99,27 @@ def test_spec_rejects_storage_faults_without_checkpoints_and_duplicate_ids():
     spec = RunSpec(faults=[FaultSpec("kill", 1, 2), FaultSpec("kill", 1, 2)])
     with pytest.raises(SpecError, match="two faults have the id"):
         spec.validate()
+
+
+@pytest.mark.parametrize("plan, ok", [
+    ([FaultSpec("eio", 0, 5)], False),                                  # nothing is written
+    ([FaultSpec("eio", 0, 5), FaultSpec("kill", 1, 4)], False),         # written before k
+    ([FaultSpec("eio", 0, 5), FaultSpec("kill", 1, 6)], True),          # the JIT save at 6
+    ([FaultSpec("torn-write", 0, 5), FaultSpec("nccl-hang", 1, 5)], True),
+    ([FaultSpec("corrupt", 0, 7)], False),
+    ([FaultSpec("corrupt", 0, 7), FaultSpec("kill", 1, 8)], False),     # no checkpoint by 7
+    ([FaultSpec("corrupt", 0, 7), FaultSpec("kill", 1, 3)], True),
+    ([FaultSpec("enospc", 0, 5), FaultSpec("kill", 1, 1, time_s=2.0)], True),
+])
+def test_storage_faults_under_jit_need_a_failure_that_writes(plan, ok):
+    """Under jit only a peer's failure writes a checkpoint: a storage fault that
+    no failure can reach would never fire, and the run would look fault-free."""
+    spec = RunSpec(faults=plan, strategy="jit", workload=WorkloadConfig(steps=20))
+    if ok:
+        spec.validate()
+    else:
+        with pytest.raises(SpecError, match="under jit a checkpoint is written only when"):
+            spec.validate()
 
 
 # ------------------------------------------------------------------ injector
