@@ -162,7 +162,8 @@ def register(app: typer.Typer) -> None:
             done["n"] += 1
             if as_json:
                 print(json.dumps(row, default=str), flush=True)
-            ok = row.get("state_equal") is True and row.get("replay_ok") is True
+            ok = (row.get("state_equal") is True and row.get("replay_ok") is True
+                  and not row.get("unfired_faults"))
             err.print(f"[{done['n']}/{n}] {row['workload']} {row['strategy']} {row['fault']} "
                       f"r{row['repeat']}: recovery {_f(row.get('recovery_s'))} s, replayed "
                       f"{_f(row.get('replayed_steps'))} (expected "
@@ -178,6 +179,10 @@ def register(app: typer.Typer) -> None:
             out.print(f"sweep directory: {out_dir}  ({len(t)} runs, wall {res.wall_s:.0f} s)")
         if not bool(t["completed"].all()):
             err.print("error: some runs did not complete; see their agent.log")
+            raise typer.Exit(EXIT_RUN_FAILED)
+        if "unfired_faults" in t and bool((t["unfired_faults"].fillna(0) > 0).any()):
+            err.print("error: in some runs a planned fault never fired (see their summary.json, "
+                      "'unfired')")
             raise typer.Exit(EXIT_RUN_FAILED)
         bad = t[(t["state_equal"] != True) | (t["replay_ok"] != True)]  # noqa: E712
         if len(bad):

@@ -279,6 +279,12 @@ def run(
               f"{s['expected_replayed_steps']} (the steps since the newest committed "
               f"checkpoint; at most 1 per failure under jit)")
         raise typer.Exit(EXIT_INCORRECT)
+    if s.get("unfired"):
+        what = f"planned fault {', '.join(s['unfired'])} never fired (the run ended first)"
+        if not s.get("fired"):
+            _line(f"error: {what}: nothing was injected, so no recovery was measured")
+            raise typer.Exit(EXIT_RUN_FAILED)
+        _line(f"warning: {what}")
 
 
 def _fault_plan(fault, rank, step, steps, nproc, seed, time_s, every, count, mtbf_steps, mtbf_s,

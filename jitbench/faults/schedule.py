@@ -396,7 +396,9 @@ def plan_from_options(kind: str | None, rank: int, step: int | None, steps: int,
             raise ScheduleError(f"--fault-every must be >= 1, got {every_steps}")
         faults = every(kind, rank, every_steps, steps, step, count, every_attempt, parsed)
     else:
-        s = step if step is not None else max(1, min(steps - 1, steps // 3))
+        # a time trigger alone may fire from the first step; a step with it is the earliest
+        s = step if step is not None else (1 if time_s is not None
+                                           else max(1, min(steps - 1, steps // 3)))
         faults = [FaultSpec(kind, rank, s, every_attempt, parsed, time_s=time_s)]
     out.extend(faults)
     check_unique(out)

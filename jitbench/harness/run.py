@@ -192,6 +192,10 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
         summary["slow_window_step_s"] = max(vals) if vals else None
         summary["normal_step_s"] = m.normal_step_s
     summary["fired"] = fired_faults(run_dir)
+    fired_ids = {f["id"] for f in summary["fired"]}
+    # a planned fault that never fired (a time past the run's end): nothing measured for it
+    summary["unfired"] = [f.id for f in spec.faults if f.id not in fired_ids]
+    summary["unfired_faults"] = len(summary["unfired"])
     summary["end_reason"] = end_reason(spec, m, res)
     summary["state_equal"] = None
     summary["max_abs_diff"] = None
@@ -352,7 +356,8 @@ def run(spec: RunSpec, run_dir: Path, reference: bool = True, overwrite: bool = 
     ref = None
     if reference_from is not None:
         ref = LaunchResult(0, 0.0, False, reference_from / "agent.log")
-    elif reference and not res.interrupted and not res.timed_out:
+    elif reference and not res.interrupted and not res.timed_out and res.returncode == 0:
+        # (a failed job has no final state to compare: no reference)
         cbr = (lambda s: progress("reference", s)) if progress else None
         ref = execute(spec.without_faults(), run_dir / "reference", cbr, timeout_s)
     with held_signals(reraise=False) as got:

@@ -253,6 +253,11 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
             v.checks.append(Check(cfg, "state_equal", "violation",
                                   detail=(f"false (max_abs_diff {r.get('max_abs_diff')})"
                                           if pd.notna(r["state_equal"]) else "not recorded")))
+        if "unfired_faults" in results.columns and pd.notna(r["unfired_faults"]) \
+                and r["unfired_faults"] > 0:
+            v.checks.append(Check(cfg, "unfired_faults", "violation",
+                                  detail=f"{int(r['unfired_faults'])} planned fault(s) never "
+                                         "fired: nothing was measured for them"))
         if not _truthy(r["replay_ok"]):
             v.checks.append(Check(cfg, "replayed_steps", "violation",
                                   detail=f"replayed {r.get('replayed_steps')}, expected "

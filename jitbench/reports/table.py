@@ -30,7 +30,9 @@ def summary_table(summary: dict) -> Table:
     """The run's headline metrics, one row per metric (metric, value, unit)."""
     title = (f"{summary['workload']} x{summary['world_size']} ranks, strategy "
              f"{summary['strategy']}, fault "
-             + (", ".join(f"{f['kind']}@rank{f['rank']}:step{f['step']}" for f in summary['faults'])
+             + (", ".join(f"{f['kind']}@rank{f['rank']}:"
+                          + (f"t{f['time_s']:g}s" if f.get("time_s") is not None
+                             else f"step{f['step']}") for f in summary['faults'])
                 or "none"))
     t = Table(title=title)
     t.add_column("metric")

@@ -116,3 +116,17 @@ def test_workers_refuse_another_jobs_checkpoints(tmp_path):
     assert run_processes(run_dir) == []
     codes = {e["code"] for e in read_events(run_dir / "events") if e["event"] == "exit"}
     assert codes == {77}
+
+
+def test_a_fault_that_never_fires_is_not_a_fault_free_success(tmp_path):
+    """A time-triggered fault past the run's end: the run completes, but nothing
+    was injected, so `jitbench run` exits 3 and the summary names the fault."""
+    run_dir = tmp_path / "r"
+    p = subprocess.run([sys.executable, "-m", "jitbench.cli", "run", "--fault", "kill",
+                        "--fault-time-s", "600", "--steps", "4", "--no-reference",
+                        "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=200)
+    assert p.returncode == 3, p.stderr
+    assert "planned fault kill@1:t600 never fired" in p.stderr
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["completed"] and s["fired"] == [] and s["unfired"] == ["kill@1:t600"]
+    assert s["unfired_faults"] == 1

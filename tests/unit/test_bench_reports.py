@@ -153,6 +153,8 @@ def test_gate_a_lost_measurement_is_a_regression_and_a_missing_invariant_is_name
     assert len(lost) == 4 and all("not measured in the results" in c.line() for c in lost)
     [bad] = v.violations
     assert bad.metric == "state_equal" and bad.detail == "not recorded"
+    new["unfired_faults"] = [0, 1, 0, 0]  # a planned fault never fired: no measurement
+    assert "unfired_faults" in {c.metric for c in g.compare(_table(), new).violations}
     assert v.lines()[-1].startswith("gate: FAIL")
 
 
