@@ -303,8 +303,11 @@ def _fault_plan(fault, rank, step, steps, nproc, seed, time_s, every, count, mtb
                                     ("--slow-steps", "steps", slow_steps, ("slow",))):
         if value is None:
             continue
-        if (fault or "nccl-hang") not in kinds:
-            raise InputError(f"{flag} applies to --fault {kinds[0]}, not {fault or 'nccl-hang'}")
+        kind = fault or ("none" if scenario is not None else "nccl-hang")
+        if kind not in kinds:
+            raise InputError(f"{flag} applies to --fault {kinds[0]}, not {kind}"
+                             + (" (a scenario's faults take their parameters in the file)"
+                                if scenario is not None else ""))
         kv[key] = str(value)
     if scenario is not None and not scenario.is_file():
         raise InputError(f"scenario file {scenario} "

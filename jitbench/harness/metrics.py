@@ -105,7 +105,8 @@ class RunMetrics:
     checkpoint_s: float | None
     """Median duration of one synchronous periodic checkpoint save (s)."""
     checkpoint_stall_gpu_s: float
-    wasted_gpu_s: float
+    wasted_gpu_s: float | None
+    """Sum over failures plus checkpoint stalls; None when a failure did not recover."""
     replayed_steps: int
     max_replayed_steps_per_failure: int
     loss_first: float | None
@@ -222,7 +223,10 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int) -> RunMetrics
                   if step_end and firsts else None)
     goodput = (spec_steps * step_s / train_wall if completed and step_s and train_wall
                else None)
-    wasted = sum(f.wasted_gpu_s or 0.0 for f in failures) + stall
+    # a failure with no recovery (the budget ran out, an interrupt, a timeout) has no
+    # measured waste: the run's total is unknown, not zero
+    wasted = (None if any(f.wasted_gpu_s is None for f in failures)
+              else sum(f.wasted_gpu_s for f in failures) + stall)
     rank0 = sorted((e for e in step_end if e["rank"] == 0), key=lambda e: _t(e, key))
     autos = [e for e in evs if e["event"] == "auto_interval" and e["rank"] == 0]
     auto = ({k: autos[0].get(k) for k in ("interval", "cost_s", "step_s", "mtbf_s",

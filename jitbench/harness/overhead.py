@@ -264,7 +264,7 @@ def run_overhead(base: RunSpec, cfg: OverheadConfig, out_dir: Path, overwrite: b
     from jitbench.harness.run import code_version, execute, machine_fingerprint, prepare_dir
 
     spec = overhead_spec(base, cfg)
-    prepare_dir(out_dir, overwrite)
+    prepare_dir(out_dir, overwrite, flag="--out")
     run_dir = out_dir / "run"
     res = execute(spec, run_dir, progress, timeout_s)
     if res.returncode != 0 or res.interrupted:

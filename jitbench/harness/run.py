@@ -55,11 +55,13 @@ class RunOutcome:
     reference: LaunchResult | None
 
 
-def prepare_dir(run_dir: Path, overwrite: bool = False, spec: RunSpec | None = None) -> None:
+def prepare_dir(run_dir: Path, overwrite: bool = False, spec: RunSpec | None = None,
+                flag: str = "--run-dir") -> None:
     """Create an empty run directory.
 
     A multi-node spec may join a (shared) run directory whose ``spec.json`` is
-    the same spec: every node of the job runs ``jitbench run`` on it.
+    the same spec: every node of the job runs ``jitbench run`` on it. ``flag``
+    is the option that names the directory, for the messages.
 
     Raises:
         RunDirError: it exists and is not empty (and ``overwrite`` is False),
@@ -76,7 +78,7 @@ def prepare_dir(run_dir: Path, overwrite: bool = False, spec: RunSpec | None = N
         if run_dir.exists() and any(run_dir.iterdir()):
             if not overwrite:
                 raise RunDirError(f"run directory {run_dir} exists and is not empty; "
-                                  "pass another --run-dir or --overwrite")
+                                  f"pass another {flag} or --overwrite")
             if not (run_dir / "spec.json").is_file():
                 # --overwrite replaces an earlier run, never an arbitrary directory
                 raise RunDirError(f"run directory {run_dir} is not a jitbench run directory "
@@ -284,8 +286,10 @@ def end_reason(spec: RunSpec, m: metrics.RunMetrics, res: LaunchResult) -> str:
     """Why the run ended, one line: ``completed``, or what stopped it."""
     if m.completed:
         return "completed"
+    if res.timed_out:
+        return f"stopped by the harness: the launch ran past its timeout ({res.wall_s:.0f} s)"
     if res.interrupted:
-        return "interrupted (Ctrl-C, SIGTERM or the launch timeout)"
+        return "interrupted (Ctrl-C or SIGTERM)"
     last = m.failures[-1] if m.failures else None
     what = (f"; last failure: {last.fault_kind} on rank {last.fault_rank} at step "
             f"{last.fault_step}" + (f" ({last.trigger})" if last.trigger else "")
