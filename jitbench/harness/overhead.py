@@ -35,9 +35,10 @@ ends in a collective):
   and min-max;
 - an A/A control: every repeat also runs a second ``none`` segment
   (``none-aa``), whose ratio to the first is pure measurement noise. A
-  strategy's overhead is ``within_noise`` when its median lies inside the
-  control's min-max range over the repeats (without a control: when its own
-  min-max range contains 0): "indistinguishable from zero at this
+  strategy's overhead is ``within_noise`` when its median lies inside
+  ``±max |control|`` over the repeats (the band is symmetric: which of two
+  identical segments comes first is arbitrary; without a control: when its
+  own min-max range contains 0): "indistinguishable from zero at this
   precision", where the precision is measured, not assumed;
 - ``cpu_overhead_pct``: the same ratio of rank 0's process CPU time per step
   (``cpu_s`` of step-begin events, :func:`time.process_time`, every thread).
@@ -225,7 +226,9 @@ def summarize(rows: list[dict], strategies: list[str]) -> list[dict]:
         })
     ctrl = next((r for r in out if r["strategy"] == CONTROL), None)
     if ctrl is not None:
-        lo, hi = min(ctrl["overhead_pct_min"], 0.0), max(ctrl["overhead_pct_max"], 0.0)
+        # which of two identical segments runs first is arbitrary: the noise is symmetric
+        half = max(abs(ctrl["overhead_pct_min"]), abs(ctrl["overhead_pct_max"]))
+        lo, hi = -half, half
         for r in out:
             r["noise_lo_pct"], r["noise_hi_pct"] = lo, hi
             r["within_noise"] = lo <= r["overhead_pct"] <= hi

@@ -291,6 +291,7 @@ class Runtime:
         self._fail_lock = threading.Lock()
         self._failing = False
         self._save_done = threading.Event()
+        self._exit_code: int | None = None  # set by the thread that ends the process
         self._phase = "init"  # no JIT save before restore() has finished (nothing to lose yet)
         self._step = 0  # step in progress (compute/mutating) or last completed (boundary)
         self._completed = 0
@@ -882,9 +883,12 @@ class Runtime:
             first = not self._failing
             self._failing = True
         if not first:
-            # Another thread is already saving: let it finish, then it exits.
+            # Another thread is already saving: it ends the process with its own exit
+            # code and event. Wait for that; only if it never comes, leave silently
+            # (a second exit event would contradict the first).
             self._save_done.wait(self.config.save_lock_timeout_s + 60)
-            self._exit(EXIT_FAILURE)
+            time.sleep(10.0)
+            os._exit(self._exit_code if self._exit_code is not None else EXIT_FAILURE)
         phase = self._phase
         code = EXIT_FAILURE
         try:
@@ -928,6 +932,7 @@ class Runtime:
             self._state_lock.release()
 
     def _exit(self, code: int) -> None:
+        self._exit_code = code
         try:
             if self._async is not None:  # no async commit without its event from here on
                 self._async.freeze()

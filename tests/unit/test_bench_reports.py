@@ -60,6 +60,15 @@ def test_overhead_statistics_pair_each_repeat_with_its_none_segment():
     assert s["jit"]["step_s"] == pytest.approx(0.1002)
     assert s["jit"]["cpu_overhead_pct"] == pytest.approx(0.12)
     assert s["periodic:10"]["cpu_overhead_pct"] == pytest.approx(2.0)
+    # the band is symmetric: a control that happened to be all positive (+1%, +3%)
+    # still makes -0.6% noise, not "faster"
+    faster = [dict(x) for x in rows if x["strategy"] == "none"]
+    faster += [{**x, "strategy": "jit", "step_s": x["step_s"] * 0.994} for x in faster]
+    faster += [{**x, "strategy": "none-aa", "step_s": x["step_s"] * (1.01 + 0.02 * (i % 2))}
+               for i, x in enumerate(rows) if x["strategy"] == "none"]
+    s = {r["strategy"]: r for r in summarize(faster, ["none", "jit"])}
+    assert s["jit"]["overhead_pct"] == pytest.approx(-0.6) and s["jit"]["within_noise"]
+    assert s["jit"]["noise_lo_pct"] == pytest.approx(-3.0)
 
 
 def _table(n_rep=3, **over):
