@@ -366,9 +366,31 @@ def stream_violations(run_dir: str | Path, reference_dir: str | Path, steps: int
 
 def sample_stream_equal(run_dir: str | Path, reference_dir: str | Path) -> bool:
     """The run consumed the reference's samples at every step on every rank
-    (re-executed steps count once: the replayed minibatch is the allowed difference)."""
+    (re-executed steps count once: the replayed minibatch is the allowed difference).
+
+    A step that a rank began but never logged the end of counts as consumed
+    when a peer completed it: a peer finishing step s proves that every rank's
+    gradient of step s arrived (a rank SIGTERMed inside that collective saves
+    and exits while its peer steps on; the same rule as
+    :func:`stream_violations`).
+    """
     a, b = sample_streams(run_dir), sample_streams(reference_dir)
-    return bool(b) and a == b
+    if not b or set(a) - set(b):
+        return False
+    completed = {s for steps in a.values() for s in steps}
+    begun = {(e["rank"], e["step"]) for e in read_events(Path(run_dir) / "events")
+             if e["event"] == "step" and e["phase"] == "begin"}
+    for rank, steps in b.items():
+        got = a.get(rank, {})
+        if set(got) - set(steps):
+            return False
+        for step, ids in steps.items():
+            if step not in got:
+                if not (step in completed and (rank, step) in begun):
+                    return False
+            elif got[step] != ids:
+                return False
+    return True
 
 
 def compare_states(path_a: str | Path, path_b: str | Path) -> tuple[bool, float]:

@@ -246,3 +246,32 @@ def test_gate_compares_specs_field_by_field():
     grown = json.dumps({**spec, "new_knob": 1, "faults": [{"kind": "kill", "duration_s": 0}]})
     v = g.compare(base, _table(n_rep=1, spec_json=grown))  # fields added to the spec since
     assert any("new_knob" in n and "faults.0.duration_s" in n for n in v.notes)
+
+
+def _steps(rank_steps: dict, begun_only=()) -> list:
+    return [("step", "begin", 10 * s + r, {"step": s}) for r, ss in rank_steps.items()
+            for s in ss] + [("step", "end", 10 * s + r + 1, {"step": s, "sample_ids": [s, r]})
+                            for r, ss in rank_steps.items() for s in ss if (r, s) not in begun_only]
+
+
+def test_sample_stream_counts_a_step_a_peer_completed(tmp_path):
+    """Rank 1 SIGTERMed inside step 3's collective after its gradient arrived: rank 0
+    completes step 3, the job restores from 3. Rank 1 never logs step 3's end, yet its
+    minibatch was consumed; a step no rank completed is not."""
+    from jitbench.harness.metrics import sample_stream_equal
+
+    ref, run = tmp_path / "ref" / "events", tmp_path / "run" / "events"
+    for r in (0, 1):
+        _events(ref, 0, r, _steps({r: [1, 2, 3, 4]}))
+    _events(run, 0, 0, _steps({0: [1, 2, 3]}))
+    _events(run, 0, 1, _steps({1: [1, 2, 3]}, begun_only={(1, 3)}))
+    for r in (0, 1):
+        _events(run, 1, r, [(n, p, t + 100, x) for n, p, t, x in _steps({r: [4]})])
+    assert sample_stream_equal(run.parent, ref.parent)
+    # the same gap where no rank completed step 3: a lost minibatch
+    _events(run, 0, 0, _steps({0: [1, 2, 3]}, begun_only={(0, 3)}))
+    assert not sample_stream_equal(run.parent, ref.parent)
+    # other ids at a step: not equal
+    _events(run, 0, 0, [(n, p, t, {**x, "sample_ids": [9]} if p == "end" else x)
+                        for n, p, t, x in _steps({0: [1, 2, 3]})])
+    assert not sample_stream_equal(run.parent, ref.parent)
