@@ -142,7 +142,12 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int) -> RunMetrics
     durs = [e["dur_s"] for e in step_end if "dur_s" in e]
     step_s = statistics.median(durs) if durs else None
     done = [e for e in evs if e["event"] == "done"]
-    final_step = max((e["step"] for e in step_end), default=0)
+    # the last step reached: a step end, or a restore (a resumed, already finished
+    # training runs no step) or the done event
+    final_step = max([e["step"] for e in step_end]
+                     + [e["step"] for e in evs if e["event"] in ("restore", "done")
+                        and e.get("phase", "end") in ("end", "point")
+                        and isinstance(e.get("step"), int)], default=0)
     completed = (len({e["rank"] for e in done if e["step"] == spec_steps}) == world_size)
 
     failures: list[FailureMetrics] = []

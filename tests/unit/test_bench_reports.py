@@ -275,3 +275,15 @@ def test_sample_stream_counts_a_step_a_peer_completed(tmp_path):
     _events(run, 0, 0, [(n, p, t, {**x, "sample_ids": [9]} if p == "end" else x)
                         for n, p, t, x in _steps({0: [1, 2, 3]})])
     assert not sample_stream_equal(run.parent, ref.parent)
+
+
+def test_final_step_of_a_resumed_finished_training(tmp_path):
+    """Resuming a training that had already finished runs no step: its final step
+    is the restored one, not 0."""
+    from jitbench.harness.metrics import compute
+
+    for r in (0, 1):
+        _events(tmp_path / "events", 0, r, [("restore", "end", 1.0 + r, {"step": 12}),
+                                            ("done", "point", 2.0 + r, {"step": 12})])
+    m = compute(tmp_path, 12, 2)
+    assert m.completed and m.final_step == 12
