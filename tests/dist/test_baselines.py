@@ -46,8 +46,13 @@ def test_periodic_async_restores_its_newest_committed_checkpoint(tmp_path, share
     s, run_dir = _run(tmp_path, shared_reference, "gpt", "periodic-async:3", "kill", 8)
     f = s["failures"][0]
     assert f["completed_before"] == 7
-    assert f["restored_kind"] == "async" and f["restored_step"] == f["last_commit_step"] == 6
-    assert s["replayed_steps"] == s["expected_replayed_steps"] == 1 and s["replay_ok"]
+    # restored: the newest *committed* async checkpoint. The save of step 6 commits in
+    # the background; on a loaded machine it can still be in flight when step 8 is
+    # killed, and then step 3 is the newest committed one (seen in a CI run).
+    assert f["restored_kind"] == "async" and f["restored_step"] == f["last_commit_step"]
+    assert f["restored_step"] in (3, 6)
+    assert s["replayed_steps"] == s["expected_replayed_steps"] == 7 - f["restored_step"]
+    assert s["replay_ok"]
     assert s["state_equal"] is True and s["sample_stream_equal"] is True
     evs = read_events(run_dir / "events")
     stages = [e for e in evs if e["event"] == "stage" and e["phase"] == "end"]
