@@ -140,37 +140,39 @@ def every(kind: str, rank: int, every_steps: int, steps: int, start: int | None 
 def poisson(kinds: list[str], ranks: list[int], steps: int, seed: int, *,
             mtbf_steps: float | None = None, mtbf_s: float | None = None,
             horizon_s: float | None = None, start_step: int = 1,
-            max_faults: int | None = None, index: int = 0) -> list[FaultSpec]:
+            max_faults: int | None = None, index: int = 0,
+            where: str = "poisson") -> list[FaultSpec]:
     """Poisson fault arrivals (see the module docstring); deterministic in ``seed``.
+    ``where`` starts every error message (the scenario entry or the flag).
 
     Raises:
         ScheduleError: neither or both MTBFs, a non-positive MTBF, or ``mtbf_s``
             without ``horizon_s``/``max_faults``.
     """
     if (mtbf_steps is None) == (mtbf_s is None):
-        raise ScheduleError("poisson: give exactly one of mtbf_steps and mtbf_s")
+        raise ScheduleError(f"{where}: give exactly one of mtbf_steps and mtbf_s")
     mtbf = mtbf_steps if mtbf_steps is not None else mtbf_s
     if not (math.isfinite(mtbf) and mtbf > 0):
-        raise ScheduleError(f"poisson: the MTBF must be a finite number > 0, got {mtbf}")
+        raise ScheduleError(f"{where}: the MTBF must be a finite number > 0, got {mtbf}")
     low, unit = (MIN_MTBF_STEPS, "steps") if mtbf_steps is not None else (MIN_MTBF_S, "s")
     if mtbf < low:
-        raise ScheduleError(f"poisson: an MTBF of {mtbf:g} {unit} is below {low:g} {unit} "
+        raise ScheduleError(f"{where}: an MTBF of {mtbf:g} {unit} is below {low:g} {unit} "
                             + ("(at most one fault fires per step)" if unit == "steps"
                                else "(fault times are kept to the microsecond)"))
     if horizon_s is not None and not (math.isfinite(horizon_s) and horizon_s >= 0):
-        raise ScheduleError(f"poisson: horizon_s must be a finite number >= 0, got {horizon_s}")
+        raise ScheduleError(f"{where}: horizon_s must be a finite number >= 0, got {horizon_s}")
     if mtbf_s is not None and horizon_s is None and max_faults is None:
-        raise ScheduleError("poisson: mtbf_s needs horizon_s or max_faults (the run's "
+        raise ScheduleError(f"{where}: mtbf_s needs horizon_s or max_faults (the run's "
                             "length in seconds is not known in advance)")
     if not kinds or not ranks:
-        raise ScheduleError("poisson: kinds and ranks must not be empty")
+        raise ScheduleError(f"{where}: kinds and ranks must not be empty")
     rng = random.Random(f"{seed}/poisson/{index}")
     out: list[FaultSpec] = []
     t = float(start_step - 1) if mtbf_steps is not None else 0.0
     used: set[int] = set()
     while max_faults is None or len(out) < max_faults:
         if len(out) >= MAX_FAULTS:
-            raise ScheduleError(f"poisson: more than {MAX_FAULTS} faults in one plan (MTBF "
+            raise ScheduleError(f"{where}: more than {MAX_FAULTS} faults in one plan (MTBF "
                                 f"{mtbf:g} {unit}); raise the MTBF or give a fault count")
         t += rng.expovariate(1.0 / mtbf)
         kind, rank = rng.choice(kinds), rng.choice(ranks)
@@ -306,10 +308,7 @@ def _poisson_entry(where: str, e: dict, nproc: int, steps: int, seed: int,
         _check_step(where, "start_step", kw["start_step"], steps)
     if "max_faults" in e:
         kw["max_faults"] = _typed(where, "max_faults", e["max_faults"], int, low=1)
-    try:
-        return poisson(kinds, ranks, steps, seed, index=index, **kw)
-    except ScheduleError as exc:
-        raise ScheduleError(f"{where}: {str(exc).removeprefix('poisson: ')}") from None
+    return poisson(kinds, ranks, steps, seed, index=index, where=where, **kw)
 
 
 def check_unique(faults: list[FaultSpec], where: str = "fault plan") -> None:
@@ -381,14 +380,12 @@ def plan_from_options(kind: str | None, rank: int, step: int | None, steps: int,
     if time_s is not None and not (math.isfinite(time_s) and time_s >= 0):
         raise ScheduleError(f"--fault-time-s must be a finite number >= 0, got {time_s}")
     if mtbf_steps is not None or mtbf_s is not None:
-        flag = "--fault-mtbf-steps" if mtbf_steps is not None else "--fault-mtbf-s"
-        try:
-            faults = poisson([kind], [rank], steps, seed, mtbf_steps=mtbf_steps, mtbf_s=mtbf_s,
-                             horizon_s=None, start_step=1 if step is None else step,
-                             max_faults=count if count is not None else
-                             (None if mtbf_steps is not None else 10))
-        except ScheduleError as exc:  # name the flag, not the function
-            raise ScheduleError(str(exc).replace("poisson: ", f"{flag}: ", 1)) from None
+        faults = poisson([kind], [rank], steps, seed, mtbf_steps=mtbf_steps, mtbf_s=mtbf_s,
+                         horizon_s=None, start_step=1 if step is None else step,
+                         max_faults=count if count is not None else
+                         (None if mtbf_steps is not None else 10),
+                         where="--fault-mtbf-steps" if mtbf_steps is not None
+                         else "--fault-mtbf-s")
         for f in faults:
             f.params, f.every_attempt = dict(parsed), every_attempt
     elif every_steps is not None:
