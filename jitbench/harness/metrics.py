@@ -287,10 +287,12 @@ def _pairs(evs: list[dict], name: str, key: str, pred=lambda e: True) -> list[fl
     return [d for _, d in sorted(out)]
 
 
-def sample_streams(run_dir: str | Path) -> dict[int, dict[int, list[int]]]:
-    """Effective sample-id stream: ``{rank: {step: ids of its last completed execution}}``."""
+def sample_streams(run_dir: str | Path,
+                   events: list[dict] | None = None) -> dict[int, dict[int, list[int]]]:
+    """Effective sample-id stream: ``{rank: {step: ids of its last completed execution}}``
+    (from ``events`` when the caller has read them already)."""
     out: dict[int, dict[int, list[int]]] = defaultdict(dict)
-    for e in read_events(Path(run_dir) / "events"):
+    for e in events if events is not None else read_events(Path(run_dir) / "events"):
         if e["event"] == "step" and e["phase"] == "end" and "sample_ids" in e:
             out[e["rank"]][e["step"]] = e["sample_ids"]
     return out
@@ -379,11 +381,12 @@ def sample_stream_equal(run_dir: str | Path, reference_dir: str | Path) -> bool:
     and exits while its peer steps on; the same rule as
     :func:`stream_violations`).
     """
-    a, b = sample_streams(run_dir), sample_streams(reference_dir)
+    evs = read_events(Path(run_dir) / "events")
+    a, b = sample_streams(run_dir, evs), sample_streams(reference_dir)
     if not b or set(a) - set(b):
         return False
     completed = {s for steps in a.values() for s in steps}
-    begun = {(e["rank"], e["step"]) for e in read_events(Path(run_dir) / "events")
+    begun = {(e["rank"], e["step"]) for e in evs
              if e["event"] == "step" and e["phase"] == "begin"}
     for rank, steps in b.items():
         got = a.get(rank, {})
