@@ -107,7 +107,8 @@ def dir_usage_bytes(d: Path) -> int:
 def _needs_checkpoints(cls: type[Fault], run: Any, spec: FaultSpec | None = None) -> str | None:
     """Why this storage fault could never fire in ``run`` (None: it can).
 
-    ``none`` writes no checkpoints. ``jit`` writes one only when a peer fails,
+    ``none`` writes no checkpoints; under the periodic strategies rank 0 alone
+    writes, so a write fault must target it. ``jit`` writes one only when a peer fails,
     so a write fault needs another failing fault at or after its step, and
     ``corrupt`` (which damages the newest committed checkpoint) one before its
     step; a time-triggered failing fault is given the benefit of the doubt.
@@ -116,7 +117,12 @@ def _needs_checkpoints(cls: type[Fault], run: Any, spec: FaultSpec | None = None
     """
     if run.strategy == "none":
         return f"{cls.name}: strategy none writes no checkpoints; use jit or periodic:N"
-    if spec is None or run.strategy != "jit":
+    if spec is None:
+        return None
+    if run.strategy != "jit":
+        if cls.point == "write" and spec.rank != 0:  # periodic: rank 0 alone writes
+            return (f"{cls.name}: under {run.strategy} only rank 0 writes checkpoints, so a "
+                    f"write fault on rank {spec.rank} never fires; use --fault-rank 0")
         return None
     from jitbench.faults import FAULTS
 

@@ -101,6 +101,18 @@ def test_spec_rejects_storage_faults_without_checkpoints_and_duplicate_ids():
         spec.validate()
 
 
+def test_write_faults_under_periodic_target_the_writing_rank():
+    """Under periodic:N rank 0 alone writes: a write fault on rank 1 never fires."""
+    for kind in ("eio", "enospc", "torn-write"):
+        with pytest.raises(SpecError, match="only rank 0 writes checkpoints"):
+            RunSpec(faults=[FaultSpec(kind, 1, 5)], strategy="periodic:4",
+                    workload=WorkloadConfig(steps=20)).validate()
+        RunSpec(faults=[FaultSpec(kind, 0, 5)], strategy="periodic-async:4",
+                workload=WorkloadConfig(steps=20)).validate()
+    RunSpec(faults=[FaultSpec("corrupt", 1, 9)], strategy="periodic:4",
+            workload=WorkloadConfig(steps=20)).validate()  # any rank can corrupt a file
+
+
 @pytest.mark.parametrize("plan, ok", [
     ([FaultSpec("eio", 0, 5)], False),                                  # nothing is written
     ([FaultSpec("eio", 0, 5), FaultSpec("kill", 1, 4)], False),         # written before k
