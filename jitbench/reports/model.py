@@ -186,15 +186,15 @@ class ModelParams:
         positive = {"mtbf_hours_per_gpu": self.mtbf_hours_per_gpu, "step_s": self.step_s,
                     "fallback_interval_s": self.fallback_interval_s}
         for name, value in positive.items():
-            if not (value > 0) or math.isnan(value):
-                raise ValueError(f"{name} must be > 0 (got {value})")
+            # fallback_interval_s may be inf (no fallback checkpoint)
+            if not (value > 0) or math.isnan(value) or (
+                    math.isinf(value) and name != "fallback_interval_s"):
+                raise ValueError(f"{name} must be a finite number > 0 (got {value})")
         for name in ("checkpoint_s", "restart_s", "detect_s", "save_s", "restore_s",
                      "jit_overhead_fraction"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0 (got {value})")
-        if not math.isfinite(self.mtbf_hours_per_gpu):
-            raise ValueError("mtbf_hours_per_gpu must be finite")
         if not (0.0 <= self.async_stall_fraction <= 1.0):
             raise ValueError(
                 f"async_stall_fraction must be in [0, 1] (got {self.async_stall_fraction})")

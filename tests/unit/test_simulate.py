@@ -301,6 +301,7 @@ def test_model_main_from_results(tmp_path, capsys):
 @pytest.mark.parametrize("change", [
     {"gpus": []}, {"gpus": [0]}, {"trials": 0}, {"step_s": -1.0}, {"mtbf_hours_per_gpu": 0.0},
     {"horizon_hours": 0.0}, {"seed": -1}, {"gpus": [10_000_000_000]},
+    {"step_s": float("inf")}, {"mtbf_hours_per_gpu": float("inf")},
 ])
 def test_model_main_bad_flags(change, capsys):
     assert model_main(**{**ARGS, **change}) == 2
