@@ -108,7 +108,7 @@ def main(argv: list[str]) -> int:
     # Buffers are broadcast once per step by reduce.broadcast_buffers (below), so
     # that every iteration boundary holds rank 0's buffers on every rank.
     model = DDP(wl.model, device_ids=[local_rank] if spec.backend == "nccl" else None,
-                forward_sync_buffers=False)
+                **reduce.no_forward_buffer_sync())
     has_buffers = any(b.numel() for b in wl.model.buffers())
     faults = attach(rt, spec.faults, rank=rank, attempt=attempt, world_size=world,
                     device_index=local_rank, backend=spec.backend, seed=spec.workload.seed,

@@ -1,17 +1,35 @@
 """The bundled JIT checkpointing runtime (usable on its own by user scripts).
 
 It imports nothing from :mod:`jitbench.harness` or :mod:`jitbench.reports`.
+Its names are loaded on first use (PEP 562 module ``__getattr__``), so that
+``import jitbench.runtime.strategies`` (the strategy registry) and the CLI's
+light commands never import torch.
 """
 
-from jitbench.runtime.checkpoint import CheckpointError, CheckpointWriteError
-from jitbench.runtime.events import EventLog, read_events
-from jitbench.runtime.jit import (
-    EXIT_FAILURE,
-    EXIT_FAILURE_SAVED,
-    RestoreResult,
-    Runtime,
-    RuntimeConfig,
-)
+from __future__ import annotations
 
-__all__ = ["EXIT_FAILURE", "EXIT_FAILURE_SAVED", "CheckpointError", "CheckpointWriteError",
-           "EventLog", "RestoreResult", "Runtime", "RuntimeConfig", "read_events"]
+import importlib
+from typing import Any
+
+_LAZY = {
+    "CheckpointError": "jitbench.runtime.checkpoint",
+    "CheckpointWriteError": "jitbench.runtime.checkpoint",
+    "EventLog": "jitbench.runtime.events",
+    "read_events": "jitbench.runtime.events",
+    "EXIT_FAILURE": "jitbench.runtime.jit",
+    "EXIT_FAILURE_SAVED": "jitbench.runtime.jit",
+    "RestoreResult": "jitbench.runtime.jit",
+    "Runtime": "jitbench.runtime.jit",
+    "RuntimeConfig": "jitbench.runtime.jit",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -122,3 +122,19 @@ def broadcast_buffers(module: torch.nn.Module, src: int = 0,
             b.detach().copy_(flat[offset:offset + n].view_as(b))
             offset += n
     return len(bufs)
+
+
+def no_forward_buffer_sync() -> dict[str, bool]:
+    """DDP keyword arguments that turn off the per-forward buffer broadcast.
+
+    torch >= 2.14 names it ``forward_sync_buffers`` and deprecates
+    ``broadcast_buffers``; older releases (the GPU image's 2.11, for one) know
+    only ``broadcast_buffers``. Same behaviour under either name.
+    """
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    params = inspect.signature(DistributedDataParallel.__init__).parameters
+    key = "forward_sync_buffers" if "forward_sync_buffers" in params else "broadcast_buffers"
+    return {key: False}

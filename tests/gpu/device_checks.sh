@@ -1,18 +1,34 @@
 #!/usr/bin/env bash
-# One short script for a lent GPU machine: install, record the NVML health
+# One short script for a lent GPU machine: record the machine, the NVML health
 # check, run the GPU tests (real NVML probe, side-stream copy behind a spinning
-# kernel, NCCL runs). Results go to ${OUT:-gpu-results}/.
+# kernel, NCCL runs) and one single-GPU run of the main job. Results go to
+# ${OUT:-gpu-results}/.
 # Usage (repository root): OUT=/some/dir tests/gpu/device_checks.sh
+# The GPU machine reaches no package registry and has its own torch: jitbench
+# is installed without dependencies (the image holds them) and is also put on
+# PYTHONPATH, so a failed install does not stop the checks.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:-gpu-results}"
 mkdir -p "$out"
-python -m pip install -q -e '.[test]' > "$out/pip.log" 2>&1 || { echo "pip failed"; tail "$out/pip.log"; exit 1; }
-nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+python -m pip install -q --no-deps --no-build-isolation -e . > "$out/pip.log" 2>&1 \
+    || echo "pip install failed (PYTHONPATH used instead): $(tail -n 1 "$out/pip.log")"
+{ nvidia-smi; python -c "import torch, sys; print('python', sys.version.split()[0]); \
+print('torch', torch.__version__, 'cuda', torch.version.cuda, 'devices', torch.cuda.device_count(), \
+'nccl', torch.cuda.nccl.version() if torch.cuda.is_available() else None)"; } \
+    > "$out/machine.txt" 2>&1
+tail -n 1 "$out/machine.txt"
 python tests/gpu/check_gpu.py "$out/nvml.json" 2 > "$out/check_gpu.txt" 2>&1
 echo "check_gpu exit $?"
-timeout 480 python -m pytest tests/gpu -v -p no:cacheprovider --junitxml="$out/gpu-tests.xml" \
-    > "$out/gpu-tests.txt" 2>&1
+timeout "${GPU_TEST_TIMEOUT:-300}" python -m pytest tests/gpu -v -p no:cacheprovider \
+    -o addopts="" --junitxml="$out/gpu-tests.xml" > "$out/gpu-tests.txt" 2>&1
 rc=$?
 tail -n 25 "$out/gpu-tests.txt"
+# the main job's workload on one GPU under jit (NCCL, 1 rank), with its summary
+timeout "${GPU_RUN_TIMEOUT:-150}" python -m jitbench.cli run --backend nccl --nproc 1 \
+    --fault none --steps 30 --strategy periodic:10 --no-reference --overwrite \
+    --run-dir "$out/run1" --json > "$out/run1.json" 2> "$out/run1.err"
+echo "single-GPU run exit $?"; tail -c 1500 "$out/run1.json"; tail -n 5 "$out/run1.err"
+cp "$out/run1/agent.log" "$out/run1-agent.log" 2>/dev/null; rm -rf "$out/run1"
 exit $rc

@@ -1,0 +1,131 @@
+"""The strategy registry: every checkpointing/recovery strategy by name.
+
+Each strategy is one module of this package, holding one class that follows
+:class:`jitbench.runtime.strategies.base.Strategy`. This registry names them
+without importing them (no torch), so the CLI, the run spec, the sweep and the
+model all validate and list strategies from this one table; the runtime loads
+the class with :func:`load` when it starts.
+
+Adding a strategy is one new module plus one :data:`REGISTRY` line.
+
+A strategy is written ``NAME`` or ``NAME:ARG`` on the command line, where ARG
+is an interval in steps (``periodic:10``) or ``auto`` where the entry allows it
+(``periodic:auto``, the Young/Daly interval).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from jitbench.errors import SpecError
+
+__all__ = ["REGISTRY", "Choice", "Entry", "load", "names", "parse", "usage"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered strategy."""
+
+    name: str
+    """The name on the command line, in specs and in results tables."""
+    target: str
+    """``module:Class`` of the implementation (imported only by :func:`load`)."""
+    summary: str
+    """One line for ``--help`` and the docs."""
+    interval: str = "none"
+    """``none`` (takes no argument), ``required`` (``NAME:N``) or ``auto`` (``NAME:N``
+    or ``NAME:auto``)."""
+    replay_bound: str = "one"
+    """What the strategy promises to replay per failure: ``one`` (at most one
+    minibatch), ``interval`` (the steps since its last checkpoint, at most N),
+    ``all`` (from step 0)."""
+
+
+REGISTRY: dict[str, Entry] = {e.name: e for e in (
+    Entry("jit", "jitbench.runtime.strategies.jit:JustInTime",
+          "just-in-time checkpoint by the survivors at the failure, whole-job restart"),
+    Entry("none", "jitbench.runtime.strategies.none:NoCheckpoint",
+          "no checkpoints: a failure restarts from step 0", replay_bound="all"),
+    Entry("periodic", "jitbench.runtime.strategies.periodic:Periodic",
+          "synchronous checkpoint every N steps (periodic:auto: Young/Daly interval)",
+          interval="auto", replay_bound="interval"),
+    Entry("periodic-async", "jitbench.runtime.strategies.periodic_async:PeriodicAsync",
+          "asynchronous checkpoint (DCP async_save) every N steps", interval="required",
+          replay_bound="interval"),
+)}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A strategy as chosen on the command line: name plus its argument."""
+
+    name: str
+    """A :data:`REGISTRY` key."""
+    interval: int = 0
+    """Steps between checkpoints (0: none, or chosen at run time with ``auto``)."""
+    auto: bool = False
+    """``NAME:auto``: the interval is the Young/Daly optimum, chosen at run time."""
+
+    @property
+    def entry(self) -> Entry:
+        return REGISTRY[self.name]
+
+    def __str__(self) -> str:
+        if self.auto:
+            return f"{self.name}:auto"
+        return f"{self.name}:{self.interval}" if self.interval else self.name
+
+
+def names() -> list[str]:
+    """Registered strategy names, in registry order."""
+    return list(REGISTRY)
+
+
+def usage() -> str:
+    """The accepted forms, for messages and ``--help`` (``jit, none, periodic:N, ...``)."""
+    forms = []
+    for e in REGISTRY.values():
+        if e.interval == "none":
+            forms.append(e.name)
+        else:
+            forms.append(f"{e.name}:N")
+            if e.interval == "auto":
+                forms.append(f"{e.name}:auto")
+    return ", ".join(forms)
+
+
+def parse(text: str) -> Choice:
+    """Parse a strategy's command-line form (``jit``, ``periodic:10``, ``periodic:auto``).
+
+    Raises:
+        SpecError: an unknown name, a missing, extra or non-positive interval (one line).
+    """
+    t = str(text).strip().lower()
+    m = re.fullmatch(r"([a-z][a-z0-9_-]*)(?::([0-9]+|auto))?", t)
+    entry = REGISTRY.get(m[1]) if m else None
+    if entry is not None:
+        arg = m[2]
+        if entry.interval == "none" and arg is None:
+            return Choice(entry.name)
+        if entry.interval != "none" and arg is not None:
+            if arg == "auto" and entry.interval == "auto":
+                return Choice(entry.name, 0, auto=True)
+            if arg != "auto" and int(arg) >= 1:
+                return Choice(entry.name, int(arg))
+    raise SpecError(f"unknown strategy {text!r}; use {usage()} (N >= 1)")
+
+
+def load(name: str) -> type[Any]:
+    """The implementation class of a registered strategy (imports its module).
+
+    Raises:
+        SpecError: ``name`` is not registered.
+    """
+    entry = REGISTRY.get(name)
+    if entry is None:
+        raise SpecError(f"unknown strategy {name!r}; one of {', '.join(REGISTRY)}")
+    module, _, cls = entry.target.partition(":")
+    return getattr(importlib.import_module(module), cls)
