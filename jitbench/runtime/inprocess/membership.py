@@ -1,0 +1,343 @@
+"""Membership of an in-process-recovering job, kept in one c10d store.
+
+A job that recovers in process (``jit-inprocess``) keeps its healthy ranks
+alive across a failure and replaces only the failed ones. Who is a member,
+in which *generation*, is decided here, through keys of one
+``torch.distributed.Store`` (a ``TCPStore`` the harness starts; every process
+connects its own client). Generation ``g`` has its own key prefix ``g<g>/``,
+and its process group is built on ``PrefixStore("pg/g<g>")``: nothing of
+generation ``g`` is read in ``g+1``.
+
+Protocol (one failure, generation ``g`` to ``g+1``):
+
+1. A rank that sees the failure (its collective raised because a peer died,
+   or its watchdog's hang bound passed) posts ``g<g>/fail``
+   (:meth:`Membership.post_failure`); every other live process sees it on its
+   watchdog's next poll (:meth:`Membership.failure_posted`).
+2. Every live member writes its :class:`Report` (``g<g>/report/<rank>``): its
+   pid and host, the last step it completed and the last step whose gradient
+   collective it *posted*. A rank blocked before posting (a hung kernel, a rank
+   stuck in I/O) has posted an older step than its peers.
+3. The first member to increment ``g<g>/lead`` is the leader
+   (:meth:`Membership.decide`). It collects the reports until every member has
+   reported or ``report_window_s`` has passed (a missing member on this host
+   whose pid is gone is counted dead at once). It then classifies each rank:
+   *dead* (no report), *hung* (on a hang: it posted an older collective than
+   the others; it is evicted, ``g<g>/evict/<rank>``, and its own watchdog ends
+   the process so its peers' blocked collectives return) or *survivor*. Each
+   dead or hung rank is given a spare from the pool (waiting up to
+   ``spare_wait_s`` for one to register: a hot spare started in advance, or
+   the failed rank's replacement restarted by its elastic agent). The
+   *source* of the state is the survivor with the most completed steps
+   (lowest rank on a tie): its boundary is the one every member resumes from.
+4. The decision is written to ``g<g>/decision`` and each chosen spare's
+   ``spare/<id>/assign``; ``gen`` is set to ``g+1``. Every member of ``g+1``
+   builds its process group on ``pg/g<g+1>`` and receives the state from the
+   source (:mod:`jitbench.runtime.inprocess.transfer`).
+
+When no survivor is left, or every rank posted the same collective on a hang
+(the culprit cannot be named), the decision carries ``fallback`` with the
+reason: the job falls back to the JIT checkpoint and a whole-job restart.
+
+Store errors propagate as :class:`MembershipError` (one line).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["Assignment", "Decision", "Membership", "MembershipError", "Report"]
+
+
+class MembershipError(RuntimeError):
+    """The membership protocol could not complete (store gone, no decision in time)."""
+
+
+@dataclass
+class Report:
+    """What a live member says about itself after a failure was posted."""
+
+    rank: int
+    pid: int
+    host: str
+    step_done: int
+    """Optimizer steps this rank completed (its boundary)."""
+    posted: int
+    """The last step whose gradient collective this rank posted (0: none yet)."""
+    t_wall: float = field(default_factory=time.time)
+
+
+@dataclass
+class Decision:
+    """The leader's decision for generation ``gen`` (the generation being formed)."""
+
+    gen: int
+    members: dict[int, dict[str, Any]]
+    """rank -> ``{"pid", "host", "spare": spare id or None}`` of generation ``gen``."""
+    source: int | None
+    """The rank whose state every member resumes from (None with a fallback)."""
+    resume_step: int
+    """The source's completed steps: every member re-executes from ``resume_step + 1``."""
+    dead: list[int] = field(default_factory=list)
+    hung: list[int] = field(default_factory=list)
+    fallback: str | None = None
+    """Set when in-process recovery is impossible; the reason, one line."""
+    trigger: str = ""
+    decided_s: float = 0.0
+    """Seconds from the failure post to the decision (s)."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Decision:
+        d = json.loads(text)
+        d["members"] = {int(k): v for k, v in d["members"].items()}
+        return cls(**d)
+
+
+@dataclass
+class Assignment:
+    """What a spare is told: join generation ``gen`` as ``rank``."""
+
+    gen: int
+    rank: int
+
+
+def _alive_here(info: dict[str, Any] | None) -> bool | None:
+    """True/False where ``info`` names a process on this host, None where it cannot tell."""
+    if not info or info.get("host") != socket.gethostname():
+        return None
+    try:
+        os.kill(int(info["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Membership:
+    """One process's view of the job's membership.
+
+    Args:
+        store: a ``torch.distributed.Store`` client of its own (the watchdog
+            thread polls it while the main thread trains).
+        world_size: ranks per generation (replaced ranks keep their number, so
+            every rank keeps its data shard).
+        report_window_s: how long the leader waits for members' reports (s).
+        spare_wait_s: how long the leader waits for a spare to register (s).
+    """
+
+    def __init__(self, store: Any, world_size: int, report_window_s: float = 1.0,
+                 spare_wait_s: float = 120.0) -> None:
+        self.store = store
+        self.world_size = world_size
+        self.report_window_s = report_window_s
+        self.spare_wait_s = spare_wait_s
+
+    # -- keys ------------------------------------------------------------------------------
+    def _get(self, key: str) -> bytes:
+        try:
+            return self.store.get(key)
+        except Exception as exc:  # noqa: BLE001 - a dead store is one line
+            raise MembershipError(f"membership store: get {key}: {exc}") from exc
+
+    def _has(self, key: str) -> bool:
+        try:
+            return bool(self.store.check([key]))
+        except Exception as exc:  # noqa: BLE001
+            raise MembershipError(f"membership store: check {key}: {exc}") from exc
+
+    def _set(self, key: str, value: str) -> None:
+        try:
+            self.store.set(key, value)
+        except Exception as exc:  # noqa: BLE001
+            raise MembershipError(f"membership store: set {key}: {exc}") from exc
+
+    def _add(self, key: str, n: int) -> int:
+        try:
+            return int(self.store.add(key, n))
+        except Exception as exc:  # noqa: BLE001
+            raise MembershipError(f"membership store: add {key}: {exc}") from exc
+
+    # -- generations -----------------------------------------------------------------------
+    def generation(self) -> int:
+        """The current generation (0 until a decision formed a newer one)."""
+        return self._add("gen", 0)
+
+    @staticmethod
+    def pg_prefix(gen: int) -> str:
+        """Store prefix of generation ``gen``'s process group."""
+        return f"pg/g{gen}"
+
+    def join(self, gen: int, rank: int, spare: int | None = None) -> None:
+        """Record this process as ``rank`` of generation ``gen`` (pid, host)."""
+        self._set(f"g{gen}/member/{rank}", json.dumps(
+            {"pid": os.getpid(), "host": socket.gethostname(), "spare": spare}))
+
+    def member(self, gen: int, rank: int) -> dict[str, Any] | None:
+        """What ``rank`` recorded when it joined ``gen`` (None if it did not)."""
+        key = f"g{gen}/member/{rank}"
+        return json.loads(self._get(key)) if self._has(key) else None
+
+    # -- failure ---------------------------------------------------------------------------
+    def post_failure(self, gen: int, rank: int, trigger: str, reason: str) -> bool:
+        """Announce a failure in ``gen``; True for the first announcement."""
+        first = self._add(f"g{gen}/fails", 1) == 1
+        if first:
+            self._set(f"g{gen}/fail", json.dumps({"rank": rank, "trigger": trigger,
+                                                   "reason": reason, "t_wall": time.time()}))
+        return first
+
+    def failure_posted(self, gen: int) -> dict[str, Any] | None:
+        """The first failure posted in ``gen`` (``rank``, ``trigger``, ``reason``, ``t_wall``)."""
+        key = f"g{gen}/fail"
+        if not self._has(key):
+            return None
+        return json.loads(self._get(key))
+
+    def report(self, gen: int, rep: Report) -> None:
+        """Write this member's :class:`Report` for ``gen``'s failure."""
+        self._set(f"g{gen}/report/{rep.rank}", json.dumps(asdict(rep)))
+        self._add(f"g{gen}/reports", 1)
+
+    def evicted(self, gen: int, rank: int) -> bool:
+        """Whether the leader evicted ``rank`` (hung) in ``gen``: it must end its process."""
+        return self._has(f"g{gen}/evict/{rank}")
+
+    def try_lead(self, gen: int) -> bool:
+        """True for exactly one caller per generation: the leader, which must :meth:`decide`."""
+        return self._add(f"g{gen}/lead", 1) == 1
+
+    def _reports(self, gen: int) -> dict[int, Report]:
+        out = {}
+        for r in range(self.world_size):
+            key = f"g{gen}/report/{r}"
+            if self._has(key):
+                out[r] = Report(**json.loads(self._get(key)))
+        return out
+
+    def decide(self, gen: int, poll_s: float = 0.005) -> Decision:
+        """Collect the reports of ``gen``, classify the ranks, assign spares, publish.
+
+        Returns:
+            The decision for generation ``gen + 1`` (also written to the store).
+
+        Raises:
+            MembershipError: the store failed.
+        """
+        fail = self.failure_posted(gen) or {}
+        t_fail = float(fail.get("t_wall", time.time()))
+        trigger = str(fail.get("trigger", ""))
+        members = {r: self.member(gen, r) for r in range(self.world_size)}
+        deadline = time.monotonic() + self.report_window_s
+        while True:
+            reps = self._reports(gen)
+            missing = [r for r in range(self.world_size) if r not in reps]
+            if not missing:
+                break
+            if all(_alive_here(members[r]) is False for r in missing):
+                break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(poll_s)
+        dead = sorted(missing)
+        hung: list[int] = []
+        if reps and trigger == "hang":
+            top = max(rep.posted for rep in reps.values())
+            hung = sorted(r for r, rep in reps.items() if rep.posted < top)
+        survivors = {r: rep for r, rep in reps.items() if r not in hung}
+        fallback = None
+        if not survivors:
+            fallback = "no healthy replica reported"
+        elif trigger == "hang" and not hung and not dead:
+            fallback = "every rank posted the same collective: the hung rank cannot be named"
+        source = None
+        resume = 0
+        if fallback is None:
+            best = max(rep.step_done for rep in survivors.values())
+            source = min(r for r, rep in survivors.items() if rep.step_done == best)
+            resume = best
+        new_members: dict[int, dict[str, Any]] = {
+            r: {"pid": rep.pid, "host": rep.host, "spare": None} for r, rep in survivors.items()}
+        for r in hung:
+            self._set(f"g{gen}/evict/{r}", "1")
+        if fallback is None:
+            for r in dead + hung:
+                sid, info = self._take_spare()
+                if sid is None:
+                    fallback = f"no spare registered within {self.spare_wait_s:g} s for rank {r}"
+                    break
+                new_members[r] = {"pid": info["pid"], "host": info["host"], "spare": sid}
+        dec = Decision(gen=gen + 1, members=new_members, source=source, resume_step=resume,
+                       dead=dead, hung=hung, fallback=fallback, trigger=trigger,
+                       decided_s=max(0.0, time.time() - t_fail))
+        if fallback is None:
+            for r, m in new_members.items():
+                if m["spare"] is not None:
+                    self._set(f"spare/{m['spare']}/assign", json.dumps({"gen": gen + 1, "rank": r}))
+        self._set(f"g{gen}/decision", dec.to_json())
+        if fallback is None:
+            self._add("gen", 1)
+        return dec
+
+    def wait_decision(self, gen: int, timeout_s: float, poll_s: float = 0.005) -> Decision:
+        """The leader's decision for ``gen``'s failure.
+
+        Raises:
+            MembershipError: none within ``timeout_s`` (s), or the store failed.
+        """
+        key = f"g{gen}/decision"
+        deadline = time.monotonic() + timeout_s
+        while not self._has(key):
+            if time.monotonic() > deadline:
+                raise MembershipError(f"no membership decision for generation {gen} within "
+                                      f"{timeout_s:g} s")
+            time.sleep(poll_s)
+        return Decision.from_json(self._get(key))
+
+    # -- spares ----------------------------------------------------------------------------
+    def register_spare(self, prefer_rank: int | None = None) -> int:
+        """Enter the spare pool; returns this spare's id (wait with :meth:`wait_assignment`)."""
+        sid = self._add("spare/registered", 1) - 1
+        self._set(f"spare/{sid}/info", json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                                   "prefer_rank": prefer_rank}))
+        return sid
+
+    def spares_waiting(self) -> int:
+        """Spares registered and not yet taken."""
+        return self._add("spare/registered", 0) - self._add("spare/taken", 0)
+
+    def _take_spare(self, poll_s: float = 0.01) -> tuple[int | None, dict[str, Any]]:
+        deadline = time.monotonic() + self.spare_wait_s
+        while True:
+            if self._add("spare/registered", 0) > self._add("spare/taken", 0):
+                sid = self._add("spare/taken", 1) - 1
+                info_key = f"spare/{sid}/info"
+                while not self._has(info_key):  # registered, info being written
+                    time.sleep(poll_s)
+                info = json.loads(self._get(info_key))
+                if _alive_here(info) is False:
+                    continue
+                return sid, info
+            if time.monotonic() > deadline:
+                return None, {}
+            time.sleep(poll_s)
+
+    def wait_assignment(self, spare_id: int, timeout_s: float | None = None,
+                        poll_s: float = 0.005) -> Assignment | None:
+        """Block until the leader assigns this spare; None after ``timeout_s`` (s; None: forever)."""
+        key = f"spare/{spare_id}/assign"
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self._has(key):
+            if deadline is not None and time.monotonic() > deadline:
+                return None
+            time.sleep(poll_s)
+        d = json.loads(self._get(key))
+        return Assignment(gen=int(d["gen"]), rank=int(d["rank"]))

@@ -1,0 +1,115 @@
+"""The in-process membership protocol against a real TCPStore (one process, no training)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+import torch.distributed as dist
+
+from jitbench.runtime.inprocess.membership import Membership, MembershipError, Report
+
+
+@pytest.fixture
+def store():
+    s = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                      timeout=timedelta(seconds=10))
+    yield s
+    del s
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _rep(rank, step_done, posted, pid=None):
+    return Report(rank=rank, pid=pid or os.getpid(), host=socket.gethostname(),
+                  step_done=step_done, posted=posted)
+
+
+def test_killed_rank_is_replaced_by_a_spare_without_waiting_out_the_window(store):
+    m = Membership(store, world_size=2, report_window_s=30.0, spare_wait_s=5.0)
+    m.join(0, 0)
+    store.set("g0/member/1", f'{{"pid": {_dead_pid()}, "host": "{socket.gethostname()}"}}')
+    sid = m.register_spare()
+    assert m.spares_waiting() == 1
+    assert m.post_failure(0, 0, "collective_error", "peer closed")
+    assert not m.post_failure(0, 0, "collective_error", "again")  # only the first counts
+    assert m.failure_posted(0)["trigger"] == "collective_error"
+    m.report(0, _rep(0, step_done=5, posted=6))
+    assert m.try_lead(0) and not m.try_lead(0)
+    dec = m.decide(0)
+    assert dec.decided_s < 10  # the dead pid ended the window early
+    assert dec.fallback is None and dec.gen == 1 and dec.dead == [1] and dec.hung == []
+    assert dec.source == 0 and dec.resume_step == 5
+    assert dec.members[1]["spare"] == sid and dec.members[0]["spare"] is None
+    assert m.wait_assignment(sid, timeout_s=1).rank == 1
+    assert m.generation() == 1 and m.spares_waiting() == 0
+    assert m.wait_decision(0, timeout_s=1).members == dec.members
+
+
+def test_hung_rank_is_the_one_that_did_not_post_the_collective(store):
+    m = Membership(store, world_size=3, report_window_s=2.0, spare_wait_s=2.0)
+    m.register_spare()
+    m.post_failure(0, 0, "hang", "no progress")
+    m.report(0, _rep(0, step_done=7, posted=8))
+    m.report(0, _rep(1, step_done=7, posted=7))  # blocked before posting step 8
+    m.report(0, _rep(2, step_done=7, posted=8))
+    dec = m.decide(0)
+    assert dec.hung == [1] and dec.dead == [] and dec.fallback is None
+    assert m.evicted(0, 1) and not m.evicted(0, 0)
+    assert dec.members[1]["spare"] == 0 and dec.source == 0 and dec.resume_step == 7
+
+
+def test_survivors_one_step_apart_resume_from_the_furthest(store):
+    m = Membership(store, world_size=3, report_window_s=0.2, spare_wait_s=2.0)
+    m.register_spare()
+    m.post_failure(0, 2, "collective_error", "peer closed")
+    m.report(0, _rep(0, step_done=6, posted=7))
+    m.report(0, _rep(2, step_done=5, posted=6))
+    dec = m.decide(0)
+    assert dec.source == 0 and dec.resume_step == 6 and dec.dead == [1]
+
+
+@pytest.mark.parametrize("case", ["undecidable_hang", "no_spare", "no_survivor"])
+def test_fallbacks_name_the_reason(store, case):
+    m = Membership(store, world_size=2, report_window_s=0.2, spare_wait_s=0.3)
+    if case == "undecidable_hang":
+        m.post_failure(0, 0, "hang", "no progress")
+        m.report(0, _rep(0, 4, 5))
+        m.report(0, _rep(1, 4, 5))
+        want = "cannot be named"
+    elif case == "no_spare":
+        m.post_failure(0, 0, "collective_error", "peer closed")
+        m.report(0, _rep(0, 4, 5))
+        want = "no spare registered"
+    else:
+        m.post_failure(0, 0, "collective_error", "peer closed")
+        want = "no healthy replica"
+    dec = m.decide(0)
+    assert dec.fallback and want in dec.fallback
+    assert m.generation() == 0  # no new generation was formed
+
+
+def test_dead_spare_is_skipped(store):
+    m = Membership(store, world_size=2, report_window_s=0.2, spare_wait_s=2.0)
+    dead = m.register_spare()
+    store.set(f"spare/{dead}/info", f'{{"pid": {_dead_pid()}, "host": "{socket.gethostname()}"}}')
+    live = m.register_spare()
+    m.post_failure(0, 0, "collective_error", "x")
+    m.report(0, _rep(0, 3, 4))
+    dec = m.decide(0)
+    assert dec.members[1]["spare"] == live
+
+
+def test_no_decision_in_time_is_one_line(store):
+    m = Membership(store, world_size=2)
+    with pytest.raises(MembershipError, match="no membership decision for generation 3"):
+        m.wait_decision(3, timeout_s=0.1)
+    assert m.wait_assignment(9, timeout_s=0.05) is None
