@@ -126,6 +126,13 @@ class Runtime:
         ValueError: unknown strategy, or settings the strategy refuses
             (``periodic`` without an interval or MTBF, ``periodic-async``
             without an interval).
+
+    Attributes:
+        strategy: the current :class:`~jitbench.runtime.strategies.base.Strategy`.
+        boundary: the registered objects and the last boundary's snapshot
+            (:class:`~jitbench.runtime.state.Boundary`).
+        watchdog: the :class:`~jitbench.runtime.watchdog.Watchdog` (its ``hang``
+            holds the step times).
     """
 
     def __init__(self, config: RuntimeConfig, events: EventLog, rank: int | None = None,
