@@ -78,3 +78,57 @@ def test_set_strategy_refuses_unknown_names_and_missing_intervals(tmp_path):
         assert rt.strategy.name == "none" and rt.config.strategy == "none"
     finally:
         rt.close()
+
+
+class FromMemory(Strategy):
+    """Restores from a copy held in memory (as a peer's host memory would hold it)."""
+
+    name = "from-memory"
+    held: list = []
+
+    def restore_from(self, rt: Runtime):
+        from jitbench.runtime.strategies.base import Loaded
+
+        if not self.held:
+            return None
+        state, meta = self.held[-1]
+        return Loaded(state, {"meta": meta}, state["step"], "inmem", "peer 1")
+
+
+def test_a_strategy_can_supply_the_restored_state(tmp_path, monkeypatch):
+    import copy
+
+    monkeypatch.setitem(strategies.REGISTRY, "from-memory", strategies.Entry(
+        "from-memory", f"{__name__}:FromMemory", "test: restore from memory"))
+    torch.manual_seed(0)
+    models = [torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)]
+    opts = [torch.optim.AdamW(m.parameters(), lr=0.1) for m in models]
+    src = Runtime(RuntimeConfig(strategy="jit", ckpt_dir=str(tmp_path / "a"), hang_first_s=600),
+                  EventLog(tmp_path / "a.jsonl", 0, 0), 0, 1)
+    try:
+        src.register(models[0], opts[0])
+        src.restore()
+        for step in (1, 2):
+            with src.step(step):
+                models[0](torch.ones(1, 2)).sum().backward()
+                opts[0].step()
+                opts[0].zero_grad()
+        monkeypatch.setattr(FromMemory, "held",
+                            [(copy.deepcopy(src.boundary_state()), src.manifest_meta())])
+    finally:
+        src.close()
+    dst = Runtime(RuntimeConfig(strategy="from-memory", ckpt_dir=str(tmp_path / "b"),
+                                hang_first_s=600),
+                  EventLog(tmp_path / "ev" / "attempt000_rank00000.jsonl", 0, 0), 0, 1)
+    try:
+        dst.register(models[1], opts[1])
+        res = dst.restore()
+        assert (res.step, res.kind, res.source) == (2, "inmem", "peer 1") and dst.completed == 2
+        assert torch.equal(models[1].weight, models[0].weight)
+        assert torch.equal(opts[1].state[models[1].weight]["exp_avg"],
+                           opts[0].state[models[0].weight]["exp_avg"])
+    finally:
+        dst.close()
+    [end] = [e for e in read_events(tmp_path / "ev")
+             if e["event"] == "restore" and e["phase"] == "end"]
+    assert (end["step"], end["kind"], end["source"]) == (2, "inmem", "peer 1")
