@@ -84,8 +84,9 @@ class Trainer:
                  run_id: str = "unit", **wl_kw) -> None:
         import torch
 
+        from jitbench.runtime.config import RuntimeConfig
+        from jitbench.runtime.core import Runtime
         from jitbench.runtime.events import EventLog
-        from jitbench.runtime.jit import Runtime, RuntimeConfig
         from jitbench.workloads import WorkloadConfig, build_workload
 
         extra = {"max_bytes": 20_000, **wl_kw.pop("extra", {})}
@@ -101,8 +102,8 @@ class Trainer:
                              sync_bound_s=600, run_id=run_id)
         if strategy == "periodic" and interval < 1:
             conf.interval = 10**9  # saves only through save()
-        self.rt = Runtime(conf, self.events, rank=0, world_size=1)
-        self.rt._exit = _no_exit  # a failure must never end the test process
+        # a failure must never end the test process
+        self.rt = Runtime(conf, self.events, rank=0, world_size=1, exit_fn=_no_exit)
         wl = self.wl
         self.rt.register(wl.model, wl.optimizer, wl.scheduler, scaler=wl.scaler,
                          data_state=wl.data_state, load_data=wl.load_data_state)
@@ -118,7 +119,7 @@ class Trainer:
         """Run steps ``step_done + 1 .. until`` like the harness worker does."""
         import contextlib
 
-        from jitbench.runtime.jit import rng_digest
+        from jitbench.runtime.rng import rng_digest
 
         wl, accum = self.wl, self.cfg.grad_accum
         for step in range(self.step_done + 1, until + 1):

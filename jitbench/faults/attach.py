@@ -16,10 +16,10 @@ from typing import Any
 from jitbench.faults import make_fault
 from jitbench.faults.base import FaultSpec, Injector
 from jitbench.faults.collective import collective_timeouts
-from jitbench.faults.gpu import GpuHealth, rank_probe
+from jitbench.faults.gpu import rank_probe
 from jitbench.faults.storage import install_io_hook
-from jitbench.faults.xid import HealthProbe
 from jitbench.runtime.events import EventLog
+from jitbench.runtime.health import GpuHealth, HealthProbe
 from jitbench.runtime.notice import PeerNotices
 
 
@@ -40,7 +40,7 @@ def attach(rt: Any, plan: list[FaultSpec], *, rank: int, attempt: int, world_siz
     """Set up this rank's faults under the runtime ``rt``.
 
     Args:
-        rt: the :class:`~jitbench.runtime.jit.Runtime` (gets the notices and the
+        rt: the :class:`~jitbench.runtime.core.Runtime` (gets the notices and the
             GPU health check).
         plan: the run's faults (all ranks).
         notice_store: a store client with its own connection, namespaced per

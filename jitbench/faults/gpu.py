@@ -1,17 +1,18 @@
-"""GPU faults: an Xid error reported by the driver, and the health check that reacts.
+"""GPU faults: an Xid error reported by the driver, delivered through the health probe.
 
 ``xid``
     What it stands for: the NVIDIA driver reports a GPU fault through its Xid
-    mechanism (see :mod:`jitbench.faults.xid` for the table and its sources),
+    mechanism (see :mod:`jitbench.runtime.health.xid` for the table and its sources),
     e.g. 79 "GPU has fallen off the bus", 48 double-bit ECC, 94/95 contained/
     uncontained ECC. How it is produced: the target rank injects the code into
     its :class:`~jitbench.faults.xid.SimulatedProbe`, the same ``poll()``
-    interface through which :class:`~jitbench.faults.xid.NvmlProbe` delivers
+    interface through which :class:`~jitbench.runtime.health.nvml.NvmlProbe` delivers
     real events, so the runtime's reaction is the code path a real Xid takes.
     For a fatal code the rank's main thread then blocks where it stands (a
     GPU that stopped: its kernels never complete, its collectives hang).
     What the ranks see: the rank's watchdog polls the probe (every
-    ``poll_s``, 50 ms) through :class:`GpuHealth`; a fatal Xid makes the rank
+    ``poll_s``, 50 ms) through :class:`~jitbench.runtime.health.check.GpuHealth`;
+    a fatal Xid makes the rank
     post a notice to the job's store (:class:`~jitbench.runtime.notice.PeerNotices`,
     a key under the attempt's PrefixStore), wait briefly for its peers to
     acknowledge it, and leave *without* writing a JIT part (its device state
@@ -22,8 +23,8 @@
 
 Probe choice (:func:`rank_probe`): the simulated probe when this rank has an
 ``xid`` fault planned, or when the backend is gloo (no GPU in use); otherwise
-:func:`~jitbench.faults.xid.make_probe`, which reads NVML and falls back to
-the simulated probe, saying why, where there is no driver. The probe's source
+:func:`~jitbench.runtime.health.nvml.make_probe`, which reads NVML and falls back
+to the simulated probe, saying why, where there is no driver. The probe's source
 and reason are logged as a ``probe`` event at start.
 """
 
@@ -33,8 +34,9 @@ import threading
 from typing import Any
 
 from jitbench.faults.base import Fault, FaultSpec, Param
-from jitbench.faults.xid import HealthProbe, SimulatedProbe, describe_xid, make_probe
+from jitbench.faults.xid import SimulatedProbe
 from jitbench.runtime.events import EventLog
+from jitbench.runtime.health import HealthProbe, describe_xid, make_probe
 
 
 class SimulateXid(Fault):
@@ -45,7 +47,7 @@ class SimulateXid(Fault):
     point = "step"
     summary = ("a GPU Xid error (--xid CODE, default 79) through the health probe; fatal: "
                "the rank leaves, peers are told and save at once")
-    params = {"code": Param(int, 79, "Xid code (see jitbench.faults.xid.XID_TABLE)", low=1)}
+    params = {"code": Param(int, 79, "Xid code (see jitbench.runtime.health.xid.XID_TABLE)", low=1)}
 
     def fails(self) -> bool:
         return describe_xid(self.p["code"]).fatal
@@ -77,40 +79,8 @@ def rank_probe(plan: list[FaultSpec], rank: int, device_index: int, backend: str
     elif backend != "nccl":
         probe = SimulatedProbe(device_index, reason=f"backend {backend}: no GPU in use")
     else:
-        probe = make_probe(device_index)
+        probe = make_probe(device_index, fallback=SimulatedProbe)
     if events is not None:
         events.emit("probe", source=probe.source, reason=probe.reason, device=device_index,
                     durable=True)
     return probe
-
-
-class GpuHealth:
-    """A runtime check (:meth:`jitbench.runtime.jit.Runtime.add_check`) over a probe.
-
-    Each call drains the probe without waiting, logs every event as
-    ``gpu_event`` and, on the first fatal one, returns the failure for the
-    runtime: trigger ``xid``, no JIT save, notify the peers.
-    """
-
-    def __init__(self, probe: HealthProbe, events: EventLog) -> None:
-        self.probe = probe
-        self.events = events
-
-    def __call__(self) -> dict | None:
-        try:
-            got = self.probe.poll(0)
-        except Exception as exc:  # noqa: BLE001 - a broken probe must not kill the watchdog
-            self.events.emit("error", where="gpu probe", error=repr(exc)[:300])
-            return None
-        fatal = None
-        for ev in got:
-            self.events.emit("gpu_event", kind=ev.kind, xid=ev.xid, fatal=ev.fatal,
-                             meaning=ev.info.meaning, action=ev.info.action, source=ev.source,
-                             device=ev.device_index, durable=ev.fatal)
-            if ev.fatal and fatal is None:
-                fatal = ev
-        if fatal is None:
-            return None
-        return {"trigger": "xid", "save": False, "notify": True, "xid": fatal.xid,
-                "reason": f"fatal Xid {fatal.xid} on device {fatal.device_index}: "
-                          f"{fatal.info.meaning}"}

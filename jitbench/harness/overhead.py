@@ -62,13 +62,12 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jitbench.harness.segments import CONTROL
 from jitbench.harness.spec import RunSpec, SpecError, Strategy
-from jitbench.runtime.events import EventLog, read_events
+from jitbench.runtime.events import read_events
 
 OVERHEAD_VERSION = 1
 DEFAULT_STRATEGIES = ("none", "jit", "periodic:10", "periodic-async:10")
-CONTROL = "none-aa"
-"""Label of the A/A control segments (the runtime runs them under ``none``)."""
 
 
 @dataclass
@@ -130,15 +129,6 @@ class OverheadConfig:
                 segs.append([step, s, r])
                 step += self.segment_steps
         return segs, step  # one extra step after the last segment closes it
-
-
-def apply_segment(rt, spec: RunSpec, step: int, events: EventLog) -> None:
-    """Worker hook: switch the runtime's strategy when ``step`` starts a segment."""
-    for first, strategy, rep in spec.segments:
-        if first == step:
-            st = Strategy.parse("none" if strategy == CONTROL else strategy)
-            rt.set_strategy(st.name, st.interval)
-            events.emit("segment", step=step, strategy=strategy, repeat=rep)
 
 
 def overhead_spec(base: RunSpec, cfg: OverheadConfig) -> RunSpec:

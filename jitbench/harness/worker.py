@@ -13,7 +13,7 @@ peer address left by the previous one (DESIGN.md, "Known traps").
 Per step the worker records in the step's end event: ``loss``, ``lr``,
 ``sample_ids`` (this rank's dataset indices in order), ``micro`` (the global
 micro-batch indices ``(step - 1) * grad_accum + m`` accumulated into this
-optimizer step), ``rng`` (:func:`~jitbench.runtime.jit.rng_digest` at the
+optimizer step), ``rng`` (:func:`~jitbench.runtime.rng.rng_digest` at the
 start of the step, after any deferred RNG restore) and ``scale`` (the AMP
 loss scale, with fp16). Injection points: ``step`` (start of a step),
 ``micro:<m>`` (before micro-batch ``m`` of the accumulation window) and
@@ -40,13 +40,14 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from jitbench.faults.attach import attach
-from jitbench.harness import overhead
 from jitbench.harness.launch import die_with_parent
+from jitbench.harness.segments import apply_segment
 from jitbench.harness.spec import RunSpec
 from jitbench.runtime import reduce
 from jitbench.runtime.checkpoint import CheckpointError
+from jitbench.runtime.core import Runtime
 from jitbench.runtime.events import EventLog, events_path
-from jitbench.runtime.jit import Runtime, rng_digest
+from jitbench.runtime.rng import rng_digest
 from jitbench.workloads import DataError, build_workload
 
 EXIT_BAD_CHECKPOINT = 77
@@ -139,7 +140,7 @@ def main(argv: list[str]) -> int:
     accum = spec.workload.grad_accum
     for step in range(res.step + 1, spec.steps + 1):
         if spec.segments:
-            overhead.apply_segment(rt, spec, step, events)
+            apply_segment(rt, spec, step, events)
         with rt.step(step) as info:
             info["rng"] = rng_digest()  # after the deferred RNG restore, before any draw
             injector.step = step

@@ -16,11 +16,14 @@ _LAZY = {
     "CheckpointWriteError": "jitbench.runtime.checkpoint",
     "EventLog": "jitbench.runtime.events",
     "read_events": "jitbench.runtime.events",
-    "EXIT_FAILURE": "jitbench.runtime.jit",
-    "EXIT_FAILURE_SAVED": "jitbench.runtime.jit",
-    "RestoreResult": "jitbench.runtime.jit",
-    "Runtime": "jitbench.runtime.jit",
-    "RuntimeConfig": "jitbench.runtime.jit",
+    "EXIT_FAILURE": "jitbench.runtime.config",
+    "EXIT_FAILURE_SAVED": "jitbench.runtime.config",
+    "RuntimeConfig": "jitbench.runtime.config",
+    "RestoreResult": "jitbench.runtime.core",
+    "Runtime": "jitbench.runtime.core",
+    "rng_digest": "jitbench.runtime.rng",
+    "GpuHealth": "jitbench.runtime.health",
+    "make_probe": "jitbench.runtime.health",
 }
 
 __all__ = sorted(_LAZY)

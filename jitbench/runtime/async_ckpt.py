@@ -24,18 +24,11 @@ atomically; the manifest's rename is the commit. A save that is still writing
 when the process dies leaves only a ``.tmp`` directory, which restore never
 looks at, so restore picks the newest *completed* checkpoint.
 
-Loading never unpickles arbitrary objects: the state is split into its
-tensors (saved by DCP as tensors) and a skeleton (every non-tensor value, with
-placeholders where the tensors were) serialised with :func:`torch.save` into a
-``uint8`` tensor and read back with ``torch.load(weights_only=True)``. DCP's
-own handling of non-tensor values would unpickle them with
-``weights_only=False``.
+The on-disk format (and its reader) is :mod:`jitbench.runtime.dcp_format`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import os
 import shutil
@@ -45,58 +38,18 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.distributed.checkpoint as dcp
 
 from jitbench.runtime import checkpoint as ckpt
+from jitbench.runtime.dcp_format import (
+    KIND,
+    SKELETON_KEY,
+    file_digests,
+    skeleton_tensor,
+    split_state,
+)
 from jitbench.runtime.events import EventLog
 from jitbench.runtime.staging import stage_for_async_save
-
-KIND = "async"
-"""Checkpoint kind (part names ``async_stepSSSSSSSS_rankRRRRR``)."""
-SKELETON_KEY = "__skeleton__"
-_PLACEHOLDER = "__dcp_tensor__"
-
-
-def split_state(state: Any) -> tuple[dict[str, torch.Tensor], Any]:
-    """Split a nested state into ``({key: tensor}, skeleton)``.
-
-    The skeleton is ``state`` with every tensor replaced by ``{"__dcp_tensor__": key}``.
-    The tensors are the live ones (not copies).
-    """
-    tensors: dict[str, torch.Tensor] = {}
-
-    def walk(x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            key = f"t{len(tensors):06d}"
-            tensors[key] = x.detach()
-            return {_PLACEHOLDER: key}
-        if isinstance(x, dict):
-            return {k: walk(v) for k, v in x.items()}
-        if isinstance(x, list):
-            return [walk(v) for v in x]
-        if isinstance(x, tuple):
-            return tuple(walk(v) for v in x)
-        return x
-
-    return tensors, walk(state)
-
-
-def join_state(tensors: dict[str, torch.Tensor], skeleton: Any) -> Any:
-    """Inverse of :func:`split_state`."""
-
-    def walk(x: Any) -> Any:
-        if isinstance(x, dict):
-            if len(x) == 1 and _PLACEHOLDER in x:
-                return tensors[x[_PLACEHOLDER]]
-            return {k: walk(v) for k, v in x.items()}
-        if isinstance(x, list):
-            return [walk(v) for v in x]
-        if isinstance(x, tuple):
-            return tuple(walk(v) for v in x)
-        return x
-
-    return walk(skeleton)
 
 
 class _Staged:
@@ -117,24 +70,6 @@ class _Staged:
 
     def close(self) -> None:
         pass
-
-
-def _skeleton_tensor(skeleton: Any) -> torch.Tensor:
-    buf = io.BytesIO()
-    torch.save(skeleton, buf)
-    return torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
-
-
-def _file_digests(d: Path) -> dict[str, list]:
-    out = {}
-    for f in sorted(d.iterdir()):
-        if f.is_file():
-            h = hashlib.sha256()
-            with open(f, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(chunk)
-            out[f.name] = [f.stat().st_size, h.hexdigest()]
-    return out
 
 
 def _fsync_files(d: Path) -> None:
@@ -204,7 +139,7 @@ class AsyncCheckpointer:
             _remove(p)
         self._staged = stage_for_async_save(state, into=self._staged)  # the copy: stall
         tensors, skeleton = split_state(self._staged)
-        payload = {**tensors, SKELETON_KEY: _skeleton_tensor(skeleton)}
+        payload = {**tensors, SKELETON_KEY: skeleton_tensor(skeleton)}
         layout = {k: [list(t.shape), str(t.dtype).removeprefix("torch.")]
                   for k, t in payload.items()}
         self.events.emit("save", "begin", kind=KIND, step=step, durable=True)
@@ -231,7 +166,7 @@ class AsyncCheckpointer:
             _fsync_files(tmp)
             os.replace(tmp, final)
             ckpt.fsync_dir(self.dir)
-            files = _file_digests(final)
+            files = file_digests(final)
             manifest = {"manifest_version": ckpt.MANIFEST_VERSION, "kind": KIND,
                         "format": ckpt.FORMAT, "storage": "dcp", "parts_needed": 1,
                         "step": step, "rank": self.rank, "world_size": self.world_size,
@@ -240,7 +175,7 @@ class AsyncCheckpointer:
             with self._commit_lock:  # the commit and its event, or neither (see freeze)
                 if self._frozen:
                     return
-                ckpt._write_durable(mpath, json.dumps(manifest, sort_keys=True).encode())
+                ckpt.write_durable(mpath, json.dumps(manifest, sort_keys=True).encode())
                 self.committed.append(step)
                 self.events.emit("save", "end", kind=KIND, step=step, ok=True, part=final.name,
                                  bytes=manifest["bytes"], dur_s=time.monotonic() - t0,
@@ -270,43 +205,3 @@ class AsyncCheckpointer:
     def busy(self) -> bool:
         """A save is being written."""
         return not self._done.is_set()
-
-
-def validate_dir(path: Path, manifest: dict) -> None:
-    """Check every file of a DCP part against its manifest.
-
-    Raises:
-        CheckpointError: a file is missing, or its size or SHA-256 differs.
-    """
-    files = manifest.get("files")
-    if not isinstance(files, dict) or not files:
-        raise ckpt.CheckpointCorrupt(f"{path.name}: manifest lists no files")
-    if not path.is_dir():
-        raise ckpt.CheckpointCorrupt(f"{path.name}: missing")
-    digests = _file_digests(path)
-    for name, (size, sha) in files.items():
-        if name not in digests:
-            raise ckpt.CheckpointCorrupt(f"{path.name}/{name}: missing")
-        if digests[name][0] != size:
-            raise ckpt.CheckpointCorrupt(f"{path.name}/{name}: {digests[name][0]} bytes, manifest "
-                                       f"says {size} (truncated)")
-        if digests[name][1] != sha:
-            raise ckpt.CheckpointCorrupt(f"{path.name}/{name}: SHA-256 mismatch (corrupt)")
-
-
-def load_dir(path: Path, manifest: dict) -> dict:
-    """Load a validated DCP part into a plain state dict (CPU tensors).
-
-    Raises:
-        CheckpointError: the layout is unusable or DCP cannot read it.
-    """
-    try:
-        template = {k: torch.empty(shape, dtype=getattr(torch, dtype))
-                    for k, (shape, dtype) in manifest["tensors"].items()}
-        dcp.load(template, storage_reader=dcp.FileSystemReader(str(path)), no_dist=True)
-        blob = template.pop(SKELETON_KEY)
-        skeleton = torch.load(io.BytesIO(blob.numpy().tobytes()), map_location="cpu",
-                              weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any read error means "invalid"
-        raise ckpt.CheckpointCorrupt(f"{path.name}: does not load ({exc})") from exc
-    return join_state(template, skeleton)

@@ -20,13 +20,12 @@ is no multi-part commit to coordinate. (A sharded or per-rank format would
 need a commit marker written after every part is durable; this format has
 none because it needs none.)
 
-Fault injection: :func:`set_io_hook` installs a callable that the write and
-load paths of checkpoint parts call before each I/O step (``write`` of each
-chunk of :data:`CHUNK_BYTES`, ``fsync``, ``rename``, ``dirsync``, ``read``).
-It may raise :class:`OSError` (the write then fails exactly as a real one:
-:class:`CheckpointWriteError` carries the errno, nothing is left visible) or
-end the process (a torn write). jitbench's storage faults use it; without a
-hook the paths are unchanged.
+Fault injection: :func:`set_io_hook` (:mod:`jitbench.runtime.ckpt_format`)
+installs a callable that the write and load paths call before each I/O step.
+
+Parts of kind ``async`` are DCP directories (:mod:`jitbench.runtime.dcp_format`);
+:func:`validate_part` and :func:`load_part` read both formats, so restore has
+one loader.
 
 Loading validates before trusting: the manifest must parse, the file size and
 SHA-256 must match, and the file is read with ``torch.load(weights_only=True)``
@@ -46,121 +45,41 @@ never the newest committed one.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import io
 import json
 import os
-import re
-from collections.abc import Callable
-from dataclasses import dataclass
+import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
-MANIFEST_VERSION = 2
-FORMAT = "jitbench-replicated"
-"""Manifest ``format``: every part is a complete copy of the replicated state."""
-_PART_RE = re.compile(r"^(?P<kind>[a-z]+)_step(?P<step>\d{8})_rank(?P<rank>\d{5})\.json$")
-CHUNK_BYTES = 1 << 16
-"""Parts are written in chunks of this many bytes (one ``write`` hook call each)."""
+from jitbench.runtime import dcp_format
+from jitbench.runtime.ckpt_format import (
+    CHUNK_BYTES,
+    FORMAT,
+    MANIFEST_VERSION,
+    PART_RE,
+    CheckpointCorrupt,
+    CheckpointError,
+    CheckpointMismatch,
+    CheckpointWriteError,
+    IoHook,
+    Part,
+    fsync_dir,
+    io_hook,
+    part_name,
+    set_io_hook,
+    write_durable,
+)
 
-IoHook = Callable[[str, Path, int, int], None]
-"""``hook(op, path, done_bytes, total_bytes)``; ``op`` is ``write`` (before each
-chunk; ``done_bytes`` already in the file), ``fsync``, ``rename``, ``dirsync``
-(of a file of ``total_bytes``) or ``read`` (before loading a part)."""
-_io_hook: IoHook | None = None
-
-
-def set_io_hook(hook: IoHook | None) -> IoHook | None:
-    """Install the fault-injection hook of the part write/load paths (None: remove);
-    returns the previous one."""
-    global _io_hook
-    prev, _io_hook = _io_hook, hook
-    return prev
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint could not be written, or a part failed validation."""
-
-
-class CheckpointCorrupt(CheckpointError):
-    """A committed part does not validate (truncated, corrupt, torn manifest): skip it."""
-
-
-class CheckpointMismatch(CheckpointError):
-    """A part belongs to another job (world size or run id differ): refuse the directory."""
-
-
-class CheckpointWriteError(CheckpointError):
-    """Writing a checkpoint part failed (``errno`` holds the OS error, e.g. ENOSPC, EIO)."""
-
-    def __init__(self, message: str, err: int | None = None) -> None:
-        super().__init__(message)
-        self.errno = err
-
-
-@dataclass(frozen=True)
-class Part:
-    """A committed checkpoint part on disk (not yet validated)."""
-
-    kind: str
-    """``jit``, ``periodic`` or ``async`` (a DCP directory, see :mod:`jitbench.runtime.async_ckpt`)."""
-    step: int
-    """Number of optimizer steps completed in the saved state."""
-    rank: int
-    """The rank that wrote it."""
-    path: Path
-    """The ``.pt`` file (``async``: the ``.dcp`` directory)."""
-    manifest_path: Path
-
-
-def part_name(kind: str, step: int, rank: int) -> str:
-    """File stem of a part, e.g. ``jit_step00000012_rank00001``."""
-    return f"{kind}_step{step:08d}_rank{rank:05d}"
-
-
-def fsync_dir(path: Path) -> None:
-    """fsync a directory so a rename inside it is durable (POSIX rename semantics)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durable(path: Path, data: bytes, hook: IoHook | None = None) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    at = hook or (lambda *_: None)
-    total = len(data)
-    try:
-        with open(tmp, "wb") as fh:
-            view = memoryview(data)
-            for off in range(0, max(total, 1), CHUNK_BYTES):
-                at("write", tmp, off, total)
-                fh.write(view[off:off + CHUNK_BYTES])
-            fh.flush()
-            at("fsync", tmp, total, total)
-            os.fsync(fh.fileno())
-        at("rename", path, total, total)
-        os.replace(tmp, path)
-        at("dirsync", path, total, total)
-        fsync_dir(path.parent)
-    except OSError as exc:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise CheckpointWriteError(
-            f"writing {path.name} failed: {os.strerror(exc.errno or errno.EIO)}", exc.errno) from exc
-
-
-def _write_hooked(path: Path, data: bytes, hook: IoHook | None) -> None:
-    if hook is None:
-        _write_durable(path, data)
-    else:
-        _write_durable(path, data, hook)
+__all__ = [
+    "CHUNK_BYTES", "FORMAT", "MANIFEST_VERSION", "CheckpointCorrupt", "CheckpointError",
+    "CheckpointMismatch", "CheckpointWriteError", "IoHook", "Part", "check_owner", "fsync_dir",
+    "list_parts", "load_part", "newest_valid", "part_name", "prune", "read_manifest",
+    "set_io_hook", "tensor_layout", "validate_part", "write_durable", "write_part",
+]
 
 
 def tensor_layout(obj: Any, prefix: str = "") -> dict[str, list]:
@@ -205,9 +124,9 @@ def write_part(ckpt_dir: str | os.PathLike, kind: str, step: int, rank: int, wor
     torch.save(state, buf)
     data = buf.getbuffer().tobytes()
     path = d / f"{stem}.pt"
-    hook = _io_hook
+    hook = io_hook()
     try:
-        _write_hooked(path, data, hook)
+        write_durable(path, data, hook)
     except CheckpointWriteError:
         try:  # failed after the rename (dir fsync): drop the uncommitted file too
             path.unlink()
@@ -222,7 +141,7 @@ def write_part(ckpt_dir: str | os.PathLike, kind: str, step: int, rank: int, wor
     }
     mpath = d / f"{stem}.json"
     try:
-        _write_hooked(mpath, json.dumps(manifest, sort_keys=True).encode(), hook)
+        write_durable(mpath, json.dumps(manifest, sort_keys=True).encode(), hook)
     except CheckpointWriteError:
         try:
             path.unlink()
@@ -239,9 +158,9 @@ def list_parts(ckpt_dir: str | os.PathLike) -> list[Part]:
         return []
     parts = []
     for m in d.iterdir():
-        mm = _PART_RE.match(m.name)
+        mm = PART_RE.match(m.name)
         if mm:
-            # async parts are DCP directories (jitbench.runtime.async_ckpt)
+            # async parts are DCP directories (jitbench.runtime.dcp_format)
             data = m.with_suffix(".dcp" if mm["kind"] == "async" else ".pt")
             parts.append(Part(mm["kind"], int(mm["step"]), int(mm["rank"]), data, m))
     parts.sort(key=lambda p: (-p.step, p.kind != "jit", p.rank))
@@ -294,9 +213,7 @@ def validate_part(part: Part, world_size: int | None = None, run_id: str | None 
     manifest = read_manifest(part)
     check_owner(part, manifest, world_size, run_id)
     if part.path.suffix == ".dcp":
-        from jitbench.runtime import async_ckpt
-
-        async_ckpt.validate_dir(part.path, manifest)
+        dcp_format.validate_dir(part.path, manifest)
         return manifest
     try:
         data = part.path.read_bytes()
@@ -323,12 +240,11 @@ def load_part(part: Part, world_size: int | None = None,
         CheckpointMismatch: see :func:`validate_part`.
     """
     manifest = validate_part(part, world_size, run_id)
-    if _io_hook is not None:
-        _io_hook("read", part.path, 0, int(manifest.get("bytes", 0)))
+    hook = io_hook()
+    if hook is not None:
+        hook("read", part.path, 0, int(manifest.get("bytes", 0)))
     if part.path.suffix == ".dcp":
-        from jitbench.runtime import async_ckpt
-
-        return async_ckpt.load_dir(part.path, manifest), manifest
+        return dcp_format.load_dir(part.path, manifest), manifest
     try:
         state = torch.load(part.path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unpickling error means "invalid"
@@ -383,8 +299,6 @@ def prune(ckpt_dir: str | os.PathLike, keep_steps: int = 2) -> list[Part]:
             for f in (p.manifest_path, p.path):
                 try:
                     if f.is_dir():  # a DCP part
-                        import shutil
-
                         shutil.rmtree(f)
                     else:
                         f.unlink()

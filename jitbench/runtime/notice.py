@@ -4,7 +4,7 @@ A rank that must leave for a reason its peers cannot see in time (a fatal Xid
 on its GPU, a checkpoint write that failed while they wait in the checkpoint
 barrier) posts a notice; every peer's watchdog polls for notices on each tick
 (:meth:`PeerNotices.check`, registered with
-:meth:`jitbench.runtime.jit.Runtime.set_notices`) and declares the failure at
+:meth:`jitbench.runtime.core.Runtime.set_notices`) and declares the failure at
 once, with the leaving rank's reason, instead of waiting for a collective
 error or its hang bound. The leaving rank waits (at most ``ack_timeout_s``)
 for its peers to acknowledge, so the notice is read before its exit closes

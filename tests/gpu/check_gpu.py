@@ -13,7 +13,7 @@ errors + double-bit ECC, waits WAIT_S seconds (default 1) and records what
 arrived (a healthy GPU: nothing). Every query that fails (NotSupported, no
 permission, missing in this nvidia-ml-py...) is recorded as an error string
 instead of aborting. Finally, if the jitbench package is importable, the same
-is done through jitbench.faults.xid.NvmlProbe.
+is done through jitbench.runtime.health.NvmlProbe.
 
 Exit status: 0 if NVML initialised and the JSON was written, 2 if nvmlInit
 failed (the JSON still records why), 1 on a usage error.
@@ -236,14 +236,14 @@ def check_jitbench(out: dict[str, Any]) -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, os.path.dirname(os.path.dirname(here)))  # repo root
     try:
-        from jitbench.faults import xid
+        from jitbench.runtime import health
     except Exception as e:
         out["jitbench"] = {"import": _err(e)}
         return
     res: dict[str, Any] = {}
     out["jitbench"] = res
     try:
-        p = xid.make_probe(0, None)
+        p = health.make_probe(0, None)
         res["probe"] = type(p).__name__
         res["reason"] = p.reason
         res["registered"] = getattr(p, "registered", None)

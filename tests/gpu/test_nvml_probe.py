@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_WHY is not None, reason=_WHY 
 
 
 def test_nvml_probe_on_device_0():
-    from jitbench.faults.xid import NvmlProbe, make_probe
+    from jitbench.runtime.health import NvmlProbe, make_probe
 
     p = NvmlProbe(0)
     try:

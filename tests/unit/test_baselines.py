@@ -16,8 +16,10 @@ from jitbench.harness.spec import RunSpec, SpecError, Strategy
 from jitbench.runtime import async_ckpt
 from jitbench.runtime import checkpoint as ckpt
 from jitbench.runtime import interval as yd
+from jitbench.runtime.config import RuntimeConfig
+from jitbench.runtime.core import Runtime
 from jitbench.runtime.events import EventLog, read_events
-from jitbench.runtime.jit import Runtime, RuntimeConfig, capture_rng, rng_state
+from jitbench.runtime.rng import capture_rng, rng_state
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 
@@ -177,30 +179,30 @@ def test_jit_hot_path_snapshot_in_place_equals_a_fresh_one():
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
     rt = Runtime(RuntimeConfig(strategy="jit", ckpt_dir=d), EventLog(f"{d}/attempt000_rank00000.jsonl", 0, 0), 0, 1)
     rt.register(m, opt)
-    first = rt._snapshot["buffers"]["1.running_mean"]
+    first = rt.boundary.snapshot["buffers"]["1.running_mean"]
     for step in (1, 2):
         with rt.step(step):
             m(torch.randn(8, 4)).sum().backward()  # moves BN statistics and the RNG
             opt.step()
             opt.zero_grad()
-    assert rt._snapshot["buffers"]["1.running_mean"] is first  # copied in place, not cloned
-    assert rt._snapshot["step"] == 2
-    fresh = rt._take_snapshot()
+    assert rt.boundary.snapshot["buffers"]["1.running_mean"] is first  # copied in place, not cloned
+    assert rt.boundary.snapshot["step"] == 2
+    fresh = rt.boundary.take(rt.completed)
     for k, v in fresh["buffers"].items():
-        assert torch.equal(rt._snapshot["buffers"][k], v), k
-    a, b = rng_state(rt._snapshot["rng"]), rng_state(fresh["rng"])
+        assert torch.equal(rt.boundary.snapshot["buffers"][k], v), k
+    a, b = rng_state(rt.boundary.snapshot["rng"]), rng_state(fresh["rng"])
     assert a["python"] == b["python"] and torch.equal(a["torch"], b["torch"])
     assert torch.equal(a["numpy"]["key"], b["numpy"]["key"])
     # under none and periodic the hot path takes no snapshot at all
     rt.set_strategy("none")
-    snap = rt._snapshot
+    snap = rt.boundary.snapshot
     with rt.step(3):
         m(torch.randn(8, 4)).sum().backward()
         opt.step()
-    assert rt._snapshot is snap and not torch.equal(snap["buffers"]["1.running_mean"],
+    assert rt.boundary.snapshot is snap and not torch.equal(snap["buffers"]["1.running_mean"],
                                                     m[1].running_mean)
     with pytest.raises(ValueError):
         rt.set_strategy("periodic", 0)
     ends = [e for e in read_events(Path(d)) if e["event"] == "step" and e["phase"] == "end"]
     assert all(e["rt_s"] >= 0 for e in ends)
-    rt._stop.set()
+    rt.close()

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from jitbench.runtime import checkpoint as ckpt
-from jitbench.runtime.jit import capture_rng, restore_rng
+from jitbench.runtime.rng import capture_rng, restore_rng
 
 
 def _state(v: float = 1.0) -> dict:
@@ -133,17 +133,14 @@ def test_sigkill_inside_a_write_leaves_the_previous_checkpoint(tmp_path, crash_a
     ckpt.write_part(tmp_path, "periodic", 4, 0, 2, _state(4.0))
 
     def writer():
-        real = ckpt._write_durable
-
-        def dying(path, data):
-            if path.suffix == ".json" and crash_at == "manifest":
-                (path.with_name(path.name + ".tmp")).write_bytes(data[: len(data) // 2])
-                os.kill(os.getpid(), signal.SIGKILL)
-            real(path, data)
-            if path.suffix == ".pt" and crash_at == "data":
+        def dying(op, path, done, total):
+            # the first write of the manifest: the data file is committed by now
+            if op == "write" and path.name.endswith(".json.tmp"):
+                if crash_at == "manifest":
+                    path.write_bytes(b'{"manifest_version": 2, "st')  # a torn manifest
                 os.kill(os.getpid(), signal.SIGKILL)
 
-        ckpt._write_durable = dying
+        ckpt.set_io_hook(dying)
         ckpt.write_part(tmp_path, "periodic", 8, 0, 2, _state(8.0))
 
     status = _crash_in_child(writer)
@@ -160,17 +157,17 @@ def test_sigkill_inside_a_write_leaves_the_previous_checkpoint(tmp_path, crash_a
 
 def test_failed_write_prunes_nothing(tmp_path, monkeypatch):
     """Retention runs only after a commit: a failing save keeps every older step."""
+    from jitbench.runtime.config import RuntimeConfig
+    from jitbench.runtime.core import Runtime
     from jitbench.runtime.events import EventLog
-    from jitbench.runtime.jit import Runtime, RuntimeConfig
 
     for s in (2, 4):
         ckpt.write_part(tmp_path, "periodic", s, 0, 1, _state(float(s)))
+    exits: list[int] = []
     rt = Runtime(RuntimeConfig(strategy="periodic", interval=10**9, ckpt_dir=str(tmp_path),
                                keep_steps=1, hang_first_s=600), EventLog(tmp_path / "e.jsonl", 0, 0),
-                 rank=0, world_size=1)
+                 rank=0, world_size=1, exit_fn=exits.append)
     try:
-        exits: list[int] = []
-        rt._exit = exits.append
         model = torch.nn.Linear(2, 2)
         rt.register(model, torch.optim.SGD(model.parameters(), lr=0.1))
 
@@ -231,8 +228,9 @@ def test_a_directory_of_another_job_is_refused_not_skipped(tmp_path, world, run_
 
 
 def test_restore_refuses_a_foreign_directory_in_one_line(tmp_path):
+    from jitbench.runtime.config import RuntimeConfig
+    from jitbench.runtime.core import Runtime
     from jitbench.runtime.events import EventLog
-    from jitbench.runtime.jit import Runtime, RuntimeConfig
 
     ckpt.write_part(tmp_path / "ckpt", "jit", 4, 1, 4, _state(), run_id="r")
     rt = Runtime(RuntimeConfig(ckpt_dir=str(tmp_path / "ckpt"), run_id="r", hang_first_s=600),

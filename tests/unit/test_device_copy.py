@@ -40,8 +40,9 @@ def test_runtime_checkpoint_of_a_cpu_model_is_unchanged(tmp_path):
     """The runtime routes every write through host_copy; on CPU the saved tensors
     are the live ones' values, bitwise."""
     from jitbench.runtime import checkpoint as ckpt
+    from jitbench.runtime.config import RuntimeConfig
+    from jitbench.runtime.core import Runtime
     from jitbench.runtime.events import EventLog
-    from jitbench.runtime.jit import Runtime, RuntimeConfig
 
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)

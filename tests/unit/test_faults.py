@@ -20,12 +20,13 @@ import torch
 from jitbench.faults import FAULTS, FaultSpec, Injector, make_fault
 from jitbench.faults.base import FAMILIES, POINTS, Fault, Param
 from jitbench.faults.collective import collective_timeouts
-from jitbench.faults.gpu import GpuHealth, rank_probe
+from jitbench.faults.gpu import rank_probe
 from jitbench.faults.storage import TearWrite, dir_usage_bytes, install_io_hook
 from jitbench.faults.xid import SimulatedProbe
 from jitbench.harness.spec import RunSpec, SpecError
 from jitbench.runtime import checkpoint as ckpt
 from jitbench.runtime.events import EventLog, read_events
+from jitbench.runtime.health import GpuHealth
 from jitbench.runtime.notice import PeerNotices
 from jitbench.workloads import WorkloadConfig
 

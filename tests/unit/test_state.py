@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from jitbench.runtime import checkpoint as ckpt
-from jitbench.runtime.jit import REQUIRED_KEYS, capture_rng, restore_rng
+from jitbench.runtime.rng import capture_rng, restore_rng
 from jitbench.runtime.staging import stage_for_async_save
+from jitbench.runtime.state import REQUIRED_KEYS
 from tests.conftest import Trainer
 
 
@@ -398,9 +399,7 @@ def test_c9_resume_cost_does_not_grow_with_the_step(tmp_path, resume_step, monke
     with Trainer(tmp_path / "ckpt", **kw) as t:
         t.train(1)
         # a checkpoint at the resume step (the state of step 1 relabelled)
-        t.rt._completed = resume_step
-        t.rt._snapshot = t.rt._take_snapshot(step=resume_step)
-        t.rt.save_periodic(resume_step)
+        t.rt.write_checkpoint("periodic", resume_step, t.rt.boundary.take(resume_step))
     counts["indices"] = 0
     with Trainer(tmp_path / "ckpt", **kw) as r:  # the restart
         r.wl.data = _Counting(r.wl.data)
@@ -415,8 +414,9 @@ def test_c9_resume_cost_does_not_grow_with_the_step(tmp_path, resume_step, monke
 def test_a_function_lr_lambda_is_flagged(tmp_path):
     """LambdaLR checkpoints a callable object's fields (WarmupCosine) but nothing of
     a function: the runtime says so in the event log."""
+    from jitbench.runtime.config import RuntimeConfig
+    from jitbench.runtime.core import Runtime
     from jitbench.runtime.events import EventLog, read_events
-    from jitbench.runtime.jit import Runtime, RuntimeConfig
 
     rt = Runtime(RuntimeConfig(ckpt_dir=str(tmp_path / "ck"), hang_first_s=600),
                  EventLog(tmp_path / "ev" / "attempt000_rank00000.jsonl", 0, 0), 0, 1)

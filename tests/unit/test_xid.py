@@ -1,4 +1,6 @@
-"""Unit tests for jitbench.faults.xid against a fake NVML (no GPU needed).
+"""Unit tests of GPU health (jitbench.runtime.health: Xid table, NVML probe,
+make_probe) against a fake NVML (no GPU needed), and of the simulated probe that
+the xid fault feeds (jitbench.faults.xid).
 
 The fake replaces the pynvml functions the probe calls (monkeypatch on the
 real module) and emulates an event set with a blocking, timeout-honouring
@@ -16,7 +18,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jitbench.faults import xid as X
+from jitbench.faults.xid import SimulatedProbe
+from jitbench.runtime import health as X
+from jitbench.runtime.health import nvml
 
 REQUIRED = [13, 31, 32, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 119, 120, 140]
 
@@ -451,12 +455,12 @@ def test_nvml_probe_bad_index_raises_unavailable(fake):
 def test_make_probe_falls_back_when_nvml_init_fails(monkeypatch, code):
     monkeypatch.delenv(X.PROBE_ENV, raising=False)
     FakeNvml(init_error=code).install(monkeypatch)
-    p = X.make_probe(0, None)
-    assert isinstance(p, X.SimulatedProbe)
+    p = X.make_probe(0, None, fallback=SimulatedProbe)
+    assert isinstance(p, SimulatedProbe)
     assert "nvmlInit failed" in p.reason
     assert str(pynvml.NVMLError(code)) in p.reason
-    p2 = X.make_probe(0, False)  # even when asked for the real one: never raises
-    assert isinstance(p2, X.SimulatedProbe)
+    p2 = X.make_probe(0, False, fallback=SimulatedProbe)  # even when asked for the real one: never raises
+    assert isinstance(p2, SimulatedProbe)
 
 
 def test_make_probe_falls_back_when_pynvml_missing(monkeypatch):
@@ -465,15 +469,15 @@ def test_make_probe_falls_back_when_pynvml_missing(monkeypatch):
     def boom():
         raise ImportError("No module named 'pynvml'")
 
-    monkeypatch.setattr(X, "_import_pynvml", boom)
-    p = X.make_probe(1)
-    assert isinstance(p, X.SimulatedProbe) and p.device_index == 1
+    monkeypatch.setattr(nvml, "_import_pynvml", boom)
+    p = X.make_probe(1, fallback=SimulatedProbe)
+    assert isinstance(p, SimulatedProbe) and p.device_index == 1
     assert "not installed" in p.reason
 
 
 def test_make_probe_falls_back_on_bad_device(fake):
-    p = X.make_probe(5)
-    assert isinstance(p, X.SimulatedProbe)
+    p = X.make_probe(5, fallback=SimulatedProbe)
+    assert isinstance(p, SimulatedProbe)
     assert "index 5" in p.reason
 
 
@@ -485,18 +489,33 @@ def test_make_probe_prefers_nvml(fake):
 
 
 def test_make_probe_simulate_true_and_env(fake, monkeypatch):
-    assert isinstance(X.make_probe(0, True), X.SimulatedProbe)
+    assert isinstance(X.make_probe(0, True, fallback=SimulatedProbe), SimulatedProbe)
     monkeypatch.setenv(X.PROBE_ENV, "simulated")
-    p = X.make_probe(0)
-    assert isinstance(p, X.SimulatedProbe) and X.PROBE_ENV in p.reason
+    p = X.make_probe(0, fallback=SimulatedProbe)
+    assert isinstance(p, SimulatedProbe) and X.PROBE_ENV in p.reason
     assert fake.init_count == 0
+
+
+def test_make_probe_without_a_fallback_reports_nothing_and_says_why(monkeypatch):
+    """A script using the runtime alone gets a silent probe where there is no NVML."""
+    monkeypatch.delenv(X.PROBE_ENV, raising=False)
+    FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND).install(monkeypatch)
+    p = X.make_probe(2)
+    assert isinstance(p, X.SilentProbe) and p.source == "none" and p.device_index == 2
+    assert "nvmlInit failed" in p.reason
+    t0 = time.monotonic()
+    assert p.poll(50) == [] and time.monotonic() - t0 >= 0.04  # waits: a loop does not spin
+    snap = p.snapshot()
+    assert snap["errors"]["probe"] == p.reason and snap["ecc_mode"]["current"] is None
+    p.close()
+    assert p.poll(10_000) == []  # returns at once after close
 
 
 # ------------------------------------------------------------------ SimulatedProbe
 
 
 def test_simulated_round_trip_in_order():
-    p = X.SimulatedProbe(0)
+    p = SimulatedProbe(0)
     codes = [13, 48, 63, 79, 94, 95, 4242]
     for c in codes:
         p.inject(c)
@@ -508,14 +527,14 @@ def test_simulated_round_trip_in_order():
 
 
 def test_simulated_poll_timeout():
-    p = X.SimulatedProbe(0)
+    p = SimulatedProbe(0)
     t0 = time.monotonic()
     assert p.poll(50) == []
     assert time.monotonic() - t0 >= 0.04
 
 
 def test_simulated_inject_from_another_thread_while_polling():
-    p = X.SimulatedProbe(0)
+    p = SimulatedProbe(0)
     threading.Timer(0.05, p.inject, args=(79,)).start()
     t0 = time.monotonic()
     evs = p.poll(5000)
@@ -525,7 +544,7 @@ def test_simulated_inject_from_another_thread_while_polling():
 
 
 def test_simulated_many_producers_keep_order():
-    p = X.SimulatedProbe(0)
+    p = SimulatedProbe(0)
     n_threads, n_each = 4, 200
     start = threading.Barrier(n_threads)
 
@@ -551,7 +570,7 @@ def test_simulated_many_producers_keep_order():
 
 
 def test_simulated_close_wakes_poll():
-    p = X.SimulatedProbe(0)
+    p = SimulatedProbe(0)
     out: list = []
     t = threading.Thread(target=lambda: out.append(p.poll(10_000)))
     t.start()
@@ -565,7 +584,7 @@ def test_simulated_close_wakes_poll():
 
 
 def test_simulated_snapshot_counters():
-    p = X.SimulatedProbe(0)
+    p = SimulatedProbe(0)
     s0 = p.snapshot()
     assert s0["ecc"]["total"]["volatile"] == {"corrected": 0, "uncorrected": 0}
     assert s0["recovery_action"]["name"] == "NONE" and s0["errors"] == {}
@@ -590,7 +609,7 @@ def test_simulated_snapshot_counters():
 
 
 def test_simulated_kinds():
-    p = X.SimulatedProbe(2)
+    p = SimulatedProbe(2)
     d = p.inject(None, kind="dbe")
     s = p.inject(None, kind="sbe")
     g = p.inject(None, kind="gpu_lost")

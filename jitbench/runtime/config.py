@@ -1,0 +1,57 @@
+"""The runtime's settings and exit statuses (no torch: a run spec builds them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["EXIT_FAILURE", "EXIT_FAILURE_SAVED", "RuntimeConfig"]
+
+EXIT_FAILURE_SAVED = 75
+"""Exit status of a rank that detected a failure and committed a JIT checkpoint."""
+EXIT_FAILURE = 76
+"""Exit status of a rank that detected a failure and had nothing consistent to save."""
+
+
+@dataclass
+class RuntimeConfig:
+    """How the runtime checkpoints and detects failures."""
+
+    strategy: str = "jit"
+    """A name of the strategy registry (:mod:`jitbench.runtime.strategies`): ``jit``
+    (save on failure), ``periodic`` (synchronous, every ``interval`` steps),
+    ``periodic-async`` (DCP ``async_save`` every ``interval`` steps) or ``none``."""
+    interval: int = 0
+    """Steps between periodic checkpoints (also a safety net under ``jit`` if > 0).
+    ``periodic`` with 0 and ``mtbf_s`` set: chosen at run time (``periodic:auto``)."""
+    mtbf_s: float | None = None
+    """The job's mean time between failures (s, whole job) for ``periodic:auto``: after
+    ``auto_probe_step`` steps rank 0 times one real checkpoint (cost ``o``) and sets
+    ``interval = round(sqrt(2 o mtbf_s) / step_s)`` (Young 1974; see
+    :mod:`jitbench.runtime.interval`)."""
+    auto_probe_step: int = 3
+    """``periodic:auto``: steps (after a start or restore) before the probe checkpoint."""
+    ckpt_dir: str = "ckpt"
+    """Directory of checkpoint parts (shared by all ranks)."""
+    hang_floor_s: float = 2.0
+    """Lower bound of the hang-detection bound (s)."""
+    hang_factor: float = 10.0
+    """Hang bound = max(hang_floor_s, hang_factor x median step time)."""
+    hang_first_s: float = 30.0
+    """Hang bound (s) before any step time is known (first step, warm-up)."""
+    sync_bound_s: float = 120.0
+    """Hang bound (s) for checkpoint barriers and the final barrier."""
+    keep_steps: int = 2
+    """Committed checkpoint steps kept on disk (older ones pruned after a newer commits)."""
+    save_lock_timeout_s: float = 10.0
+    """How long a failure save waits for the main thread to leave the optimizer step (s)."""
+    device_copy_timeout_s: float = 30.0
+    """How long a save waits for the GPU to finish the work of the last boundary
+    before copying the state to the host on a side stream (s; CUDA only, see
+    :mod:`jitbench.runtime.device_copy`)."""
+    poll_s: float = 0.05
+    """Watchdog tick (s)."""
+    writer_ranks: str = "all"
+    """Which survivors write a JIT part: ``all`` (every survivor its own copy)."""
+    run_id: str = ""
+    """Identity of the training job (e.g. a hash of its config), recorded in every
+    manifest; restore refuses a directory holding parts of another run id."""

@@ -1,0 +1,607 @@
+"""The runtime facade: the user-level API of JIT checkpointing.
+
+A training script hands the runtime its state and marks its step loop::
+
+    rt = Runtime(RuntimeConfig(strategy="jit", ckpt_dir="ckpt"), events=log)
+    rt.register(model=ddp.module, optimizer=opt, scheduler=sched)
+    start = rt.restore().step               # newest valid checkpoint, or 0
+    for step in rt.steps(start + 1, steps): # or range(start + 1, steps + 1)
+        with rt.step(step):                 # everything of the step, its batch included
+            loss = compute(batch(step)); loss.backward()
+            opt.step(); opt.zero_grad(); sched.step()
+    rt.finish()
+
+The facade owns the step loop's phases, the state lock, the boundary
+snapshot (:mod:`jitbench.runtime.state`), the watchdog
+(:mod:`jitbench.runtime.watchdog`), restore and the exit path; *what* is
+saved when is the strategy's (:mod:`jitbench.runtime.strategies`: ``jit``,
+``periodic``, ``periodic-async``, ``none``; one object chosen by name from
+the registry, see :mod:`jitbench.runtime.strategies.base` for its hooks).
+
+Phases of a step:
+
+- ``compute`` (from :meth:`Runtime.step` entry to the optimizer's pre-hook):
+  parameters and optimizer moments equal the last boundary; RNG streams,
+  buffers, the LR scheduler, the grad scaler (``GradScaler.update`` runs after
+  a *skipped* optimizer step, in this phase), the optimizer's
+  hyper-parameters, the data position and the user's extra state may already
+  have moved, so strategies that save on failure keep a snapshot of their
+  boundary values (``snapshot_each_step``).
+- ``mutating`` (optimizer pre-hook to step end): the state is changing; no
+  save can happen; the main thread holds the state lock.
+- ``boundary``: between steps; the live state is consistent. ``checkpoint``:
+  inside a checkpoint barrier (hang bound ``sync_bound_s``).
+
+Failure triggers (each ends in :meth:`Runtime.fail`, which lets the strategy
+react once and then ends the process with its exit status,
+:data:`~jitbench.runtime.config.EXIT_FAILURE_SAVED` or
+:data:`~jitbench.runtime.config.EXIT_FAILURE`):
+
+- an exception escaping the step (a collective raising because a peer died);
+- the watchdog: no progress within the hang bound (the main thread is then
+  blocked in the collective, so the watchdog thread does the save), SIGTERM
+  (the elastic agent signals survivors as soon as one worker exits), a check
+  added with :meth:`Runtime.add_check` (a GPU health probe saw a fatal Xid,
+  :mod:`jitbench.runtime.health`) or a peer's notice
+  (:class:`~jitbench.runtime.notice.PeerNotices`, :meth:`Runtime.set_notices`).
+
+On gloo a blocked all-reduce cannot be aborted from the side (DESIGN.md,
+"Known traps"), so the failing thread ends the process itself (``exit_fn``,
+:func:`os._exit` by default) after the checkpoint and the event log are
+durable. On CUDA a save copies the state to the host on a side stream after
+an event recorded at the boundary, never on the training stream that waits
+for the hung NCCL kernel (:mod:`jitbench.runtime.device_copy`); ``os._exit``
+then skips the process group's destructor, which would wait for that kernel.
+
+Restore order: model, optimizer, scheduler, scaler, data, extra; the RNG
+streams are set *at the start of the first step after the restore*
+(:meth:`Runtime.step`), so whatever the script does between
+:meth:`Runtime.restore` and its first step (building a data iterator draws a
+seed from the torch stream, a DataLoader's ``RandomSampler`` draws another)
+cannot shift any stream by a draw (field case C6).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from jitbench.runtime import checkpoint as ckpt
+from jitbench.runtime import strategies
+from jitbench.runtime.config import EXIT_FAILURE, EXIT_FAILURE_SAVED, RuntimeConfig
+from jitbench.runtime.device_copy import DeviceCopyError, host_copy
+from jitbench.runtime.events import EventLog
+from jitbench.runtime.rng import restore_rng
+from jitbench.runtime.state import Boundary, Registered, apply_state, to_bytes
+from jitbench.runtime.strategies.base import Loaded, Strategy
+from jitbench.runtime.watchdog import Check, Watchdog
+
+__all__ = ["EXIT_FAILURE", "EXIT_FAILURE_SAVED", "RestoreResult", "Runtime", "RuntimeConfig"]
+
+
+@dataclass
+class RestoreResult:
+    """What :meth:`Runtime.restore` found and loaded."""
+
+    step: int = 0
+    """Optimizer steps completed in the restored state (0: fresh start)."""
+    kind: str | None = None
+    """``jit``, ``periodic`` or ``async``; None for a fresh start."""
+    source: str | None = None
+    """File name of the part loaded."""
+    skipped: list = field(default_factory=list)
+    """``[name, reason]`` of newer parts that failed validation."""
+    data: dict = field(default_factory=dict)
+    """The data position saved with the state."""
+    rng_pending: bool = False
+    """The saved RNG streams are set at the start of the next :meth:`Runtime.step`."""
+
+
+class Runtime:
+    """Per-rank JIT checkpointing runtime (see the module docstring).
+
+    Construct it in the main thread, early (it installs a SIGTERM handler and
+    starts the watchdog thread).
+
+    Args:
+        config: checkpointing and detection settings.
+        events: the rank's event log.
+        rank: global rank (default: ``$RANK``).
+        world_size: world size (default: ``$WORLD_SIZE``).
+        exit_fn: ends the process with a status after a failure, once the
+            event log is closed (default :func:`os._exit`; tests pass one that
+            records or raises).
+
+    Raises:
+        ValueError: unknown strategy, or settings the strategy refuses
+            (``periodic`` without an interval or MTBF, ``periodic-async``
+            without an interval).
+
+    Attributes:
+        strategy: the current :class:`~jitbench.runtime.strategies.base.Strategy`.
+        boundary: the registered objects and the last boundary's snapshot
+            (:class:`~jitbench.runtime.state.Boundary`).
+        watchdog: the :class:`~jitbench.runtime.watchdog.Watchdog` (its ``hang``
+            holds the step times).
+    """
+
+    def __init__(self, config: RuntimeConfig, events: EventLog, rank: int | None = None,
+                 world_size: int | None = None,
+                 exit_fn: Callable[[int], Any] = os._exit) -> None:
+        self.strategy: Strategy = strategies.load(config.strategy)(config)
+        self._strategies: dict[str, Strategy] = {config.strategy: self.strategy}
+        self.config = config
+        self.events = events
+        self.rank = int(os.environ.get("RANK", 0)) if rank is None else rank
+        self.world_size = (int(os.environ.get("WORLD_SIZE", 1)) if world_size is None
+                           else world_size)
+        self.boundary = Boundary()
+        self._exit_fn = exit_fn
+        self._state_lock = threading.Lock()
+        self._holds_state_lock = False
+        self._fail_lock = threading.Lock()
+        self._failing = False
+        self._save_done = threading.Event()
+        self._exit_code: int | None = None  # set by the thread that ends the process
+        self._phase = "init"  # no failure save before restore() has finished (nothing to lose yet)
+        self._step = 0  # step in progress (compute/mutating) or last completed (boundary)
+        self._completed = 0
+        self._redo: int | None = None  # a step recovered in process, to be re-executed
+        self._phase_since = time.monotonic()
+        self._pending_rng: dict | None = None
+        self._notices: Any = None
+        self.watchdog = Watchdog(config, events, lambda: (self._phase, self._phase_since),
+                                 self.fail)
+
+    # ------------------------------------------------------------------ setup
+    @property
+    def completed(self) -> int:
+        """Optimizer steps completed (the step of the last boundary)."""
+        return self._completed
+
+    def register(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None,
+                 scaler: Any = None, data_state: Callable[[int], dict] | None = None,
+                 extra_state: Callable[[], dict] | None = None,
+                 load_extra: Callable[[dict], None] | None = None,
+                 load_data: Callable[[dict], None] | None = None) -> None:
+        """Hand the runtime the training state.
+
+        Args:
+            model: the *unwrapped* module (``ddp.module``); its ``state_dict`` is saved.
+            optimizer: saved with all moments and step counts; its step pre-hook
+                marks the start of the ``mutating`` phase.
+            scheduler: LR scheduler (``state_dict``/``load_state_dict``), optional.
+            scaler: AMP ``GradScaler``, optional (a disabled one saves ``{}``).
+            data_state: ``f(completed_steps) -> dict`` data-loader position (epoch,
+                position, micro-batch) after that many steps.
+            extra_state / load_extra: user state to save and to load back.
+            load_data: ``f(saved_data_state)`` positions (or checks) the data
+                loader on restore; it raises if the saved position cannot be
+                honoured (e.g. another batch size), which fails the restore.
+        """
+        reg = Registered(model, optimizer, scheduler, scaler, data_state, extra_state,
+                         load_extra, load_data)
+        for message in self.boundary.register(reg, self._completed):
+            self.events.emit("warning", where="register", message=message)
+        optimizer.register_step_pre_hook(self._on_optimizer_step)
+
+    def add_check(self, check: Check) -> None:
+        """Add a callable polled by the watchdog every tick; a returned string is
+        a failure reason (e.g. a health probe saw a fatal Xid, a peer posted a notice).
+        A returned dict is a failure too: ``trigger`` (default ``notice``), ``save``
+        (default True: let the strategy save), ``notify`` (default False: tell the
+        peers), the rest goes into the ``failure`` event."""
+        self.watchdog.add_check(check)
+
+    def set_notices(self, notices: Any) -> None:
+        """Use ``notices`` (:class:`~jitbench.runtime.notice.PeerNotices`): poll it every
+        tick, and post to it on failures raised with ``notify`` (a fatal Xid, a
+        failed periodic write), so the peers leave at once with the reason."""
+        self._notices = notices
+        self.add_check(notices.check)
+
+    def set_strategy(self, strategy: str, interval: int = 0) -> None:
+        """Switch the strategy at an iteration boundary (between two ``step`` blocks).
+
+        Used by the steady-state overhead benchmark, which runs segments of
+        one process under different strategies. The strategy left behind
+        finishes its background work first (an async save in flight is
+        waited for); a strategy switched to again is the same object (an
+        async writer keeps its staging buffers).
+
+        Raises:
+            ValueError: unknown strategy or settings it refuses (a missing interval).
+        """
+        cls = strategies.load(strategy)
+        cls.validate(dataclasses.replace(self.config, strategy=strategy, interval=interval,
+                                         mtbf_s=None))
+        self.strategy.leave(self)
+        with self._state_lock:
+            self.boundary.snapshot = self.boundary_snapshot()
+            self.config.strategy, self.config.interval = strategy, interval
+            nxt = self._strategies.get(strategy)
+            if nxt is None:
+                nxt = self._strategies[strategy] = cls(self.config)
+            self.strategy = nxt
+
+    # ------------------------------------------------------------ step loop
+    def steps(self, first: int, last: int) -> Iterator[int]:
+        """Step numbers ``first .. last``; a step that the strategy recovered in
+        process (its failure handler returned None) is yielded again."""
+        step = first
+        while step <= last:
+            self._redo = None
+            yield step
+            if self._redo != step:
+                step += 1
+
+    @contextmanager
+    def step(self, step: int) -> Iterator[dict]:
+        """Mark one optimizer step; yields a dict whose items go into the step's end event.
+
+        Everything the step does (fetching its batch, forward, backward,
+        optimizer and scheduler steps) belongs inside. An exception escaping
+        the block is a failure: the strategy reacts (``jit`` saves if the state
+        is consistent) and the process ends, unless the strategy recovered in
+        process; then the step does not complete and :meth:`steps` repeats it.
+        """
+        info: dict = {}
+        self._begin(step)
+        try:
+            yield info
+        except BaseException as exc:  # noqa: BLE001 - every escape is a failure
+            trigger = "collective_error" if is_collective_error(exc) else "exception"
+            if self.fail(trigger, error=f"{type(exc).__name__}: {exc}"[:500]) is None:
+                if self._holds_state_lock:  # recovered from inside the optimizer step
+                    self._holds_state_lock = False
+                    self._state_lock.release()
+                self._redo = step
+                return
+        self._end(step, info)
+
+    def _begin(self, step: int) -> None:
+        if self._pending_rng is not None:  # deferred from restore(): nothing can shift it now
+            restore_rng(self._pending_rng)
+            self._pending_rng = None
+        # cpu_s: this process's CPU time (s), for CPU-time overheads (jitbench overhead)
+        self.events.emit("step", "begin", step=step, cpu_s=time.process_time())
+        self._step = step
+        self._phase_since = time.monotonic()
+        self._phase = "compute"
+
+    def _on_optimizer_step(self, *_: Any) -> None:
+        if self._phase == "mutating":
+            return
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self.strategy.on_optimizer_step(self)
+        self._state_lock.acquire()  # blocks for good if a failure save holds it
+        self._holds_state_lock = True
+        self._phase = "mutating"
+
+    def _end(self, step: int, info: dict) -> None:
+        t_end = time.monotonic()
+        dur = t_end - self._phase_since
+        if self._phase != "mutating":  # no optimizer step ran: still take the lock
+            self._state_lock.acquire()
+            self._holds_state_lock = True
+        try:
+            if self.strategy.snapshot_each_step:
+                self.boundary.refresh(step)
+            self._completed = step
+            self.watchdog.hang.record(dur)
+            self._phase = "boundary"
+            self._phase_since = time.monotonic()
+        finally:
+            self._holds_state_lock = False
+            self._state_lock.release()
+        # rt_s: the runtime's own time at this step end (lock, snapshot): its hot path
+        self.events.emit("step", "end", step=step, dur_s=dur, rt_s=time.monotonic() - t_end,
+                         **info)
+        self.strategy.at_boundary(self, step)
+
+    # ---------------------------------------------------- services for strategies
+    def boundary_snapshot(self) -> dict:
+        """The snapshot of the last boundary (call it at a boundary). Strategies with
+        ``snapshot_each_step`` keep it current; for the others it is taken now,
+        unless the one from ``restore``/``register`` is still current (its RNG is
+        the restored one, set only at the next step's start)."""
+        snap = self.boundary.snapshot
+        if snap is not None and (self.strategy.snapshot_each_step
+                                 or snap.get("step") == self._completed):
+            return snap
+        return self.boundary.take(self._completed)
+
+    def boundary_state(self) -> dict:
+        """The complete state at the last iteration boundary (what a checkpoint
+        holds; tensors are live references, copy them before the next step, e.g.
+        with :func:`jitbench.runtime.staging.stage_for_async_save`)."""
+        return self.boundary.assemble(self._completed, self.boundary_snapshot())
+
+    def median_step_s(self) -> float | None:
+        """Median step time (s) the hang bound uses (None: not known yet)."""
+        return self.watchdog.hang.median_step_s()
+
+    def hang_bound_s(self) -> float:
+        """Current hang-detection bound (s) for the ``compute`` phase."""
+        return self.watchdog.hang.bound_s()
+
+    def manifest_meta(self) -> dict:
+        """The ``meta`` of every checkpoint manifest: optimizer state keys, the median
+        step time (s) and the runtime's settings (strategy and interval included)."""
+        return {"optimizer_state_keys": self.boundary.optimizer_state_keys(),
+                "median_step_s": self.median_step_s(), "config": asdict(self.config)}
+
+    @contextmanager
+    def consistent_state(self) -> Iterator[str | None]:
+        """Hold the state lock while the live state equals the last boundary.
+
+        Yields None with the lock held, or why the state cannot be had: the
+        failure came inside the optimizer step on this (main) thread, or the
+        optimizer step did not finish within ``save_lock_timeout_s``.
+        """
+        if threading.current_thread() is threading.main_thread() and self._holds_state_lock:
+            yield "failure inside the optimizer step"
+            return
+        if not self._state_lock.acquire(timeout=self.config.save_lock_timeout_s):
+            yield "optimizer step did not finish"
+            return
+        try:
+            yield None
+        finally:
+            self._state_lock.release()
+
+    @contextmanager
+    def checkpoint_phase(self) -> Iterator[None]:
+        """Run a checkpoint's collective part (barrier, broadcast) in the
+        ``checkpoint`` phase, whose hang bound is ``sync_bound_s``; an exception
+        escaping it is a failure of the job."""
+        self._phase, self._phase_since = "checkpoint", time.monotonic()
+        try:
+            yield
+        except BaseException as exc:  # noqa: BLE001
+            self.fail("collective_error" if is_collective_error(exc) else "exception",
+                      error=f"{type(exc).__name__}: {exc}"[:500])
+        self._phase, self._phase_since = "boundary", time.monotonic()
+
+    def write_checkpoint(self, kind: str, step: int, snapshot: dict) -> ckpt.Part:
+        """Write this rank's part of the boundary after ``step`` (``save`` begin/end events).
+
+        Raises:
+            CheckpointWriteError: the write failed, or the device never reached the
+                boundary (CUDA, ``device_copy_timeout_s``).
+        """
+        t0 = time.monotonic()
+        self.events.emit("save", "begin", kind=kind, step=step, durable=True)
+        try:
+            try:
+                state = host_copy(self.boundary.assemble(step, snapshot),
+                                  self.boundary.device_events, self.config.device_copy_timeout_s)
+            except DeviceCopyError as exc:
+                raise ckpt.CheckpointWriteError(str(exc)) from exc
+            part = ckpt.write_part(self.config.ckpt_dir, kind, step, self.rank, self.world_size,
+                                   state, self.manifest_meta(), run_id=self.config.run_id)
+        except ckpt.CheckpointWriteError as exc:
+            self.events.emit("save", "end", kind=kind, step=step, ok=False, error=str(exc),
+                             errno=exc.errno, durable=True)
+            raise
+        self.events.emit("save", "end", kind=kind, step=step, ok=True, part=part.path.name,
+                         bytes=part.path.stat().st_size, dur_s=time.monotonic() - t0,
+                         durable=True)
+        return part
+
+    def save_periodic(self, step: int) -> None:
+        """Synchronous checkpoint after ``step`` (rank 0 writes; all ranks wait).
+
+        The barrier runs in the ``checkpoint`` phase, guarded by ``sync_bound_s``.
+        A failed write on rank 0 is a failure of the job (the peers are told and
+        their barrier fails); older checkpoints stay.
+        """
+        with self.checkpoint_phase():
+            if self.rank == 0:
+                try:
+                    self.write_checkpoint("periodic", step, self.boundary_snapshot())
+                    ckpt.prune(self.config.ckpt_dir, self.config.keep_steps)
+                except ckpt.CheckpointWriteError as exc:
+                    self.fail("storage_error", error=str(exc), save=False, notify=True,
+                              errno=exc.errno)
+            if _dist_ready():
+                torch.distributed.barrier()
+
+    # --------------------------------------------------------------- restore
+    def restore(self) -> RestoreResult:
+        """Load the newest valid checkpoint into the registered objects.
+
+        The strategy may supply the state (``restore_from``); otherwise rank 0
+        chooses the part and broadcasts its name (or its refusal) so every
+        rank loads the same step (survivors may have saved different steps)
+        or every rank fails alike. Corrupt parts are skipped for older valid
+        ones; a directory holding parts of another job (world size, run id)
+        is refused. The RNG streams are set at the start of the next
+        :meth:`step`, so nothing the script draws in between shifts them.
+
+        Returns:
+            A :class:`RestoreResult` (``step == 0``: fresh start).
+
+        Raises:
+            CheckpointError: the directory belongs to another job, or the chosen
+                part lacks a required key, an optimizer moment, a scheduler or
+                scaler state the registered objects need, or does not fit the
+                model / optimizer / data loader (one line naming what).
+        """
+        self.events.emit("restore", "begin", durable=True)
+        self._phase = "init"
+        t0 = time.monotonic()
+        res = RestoreResult()
+        manifest: dict | None = None
+        try:
+            loaded = self.strategy.restore_from(self)
+            if loaded is None:
+                loaded = self._load_from_directory(res)
+            if loaded is not None:
+                self._load(loaded, res)
+                manifest = loaded.manifest
+            else:
+                self.boundary.snapshot = self.boundary.take(0)
+        except ckpt.CheckpointError as exc:
+            self.events.emit("restore", "end", ok=False, error=str(exc)[:500],
+                             dur_s=time.monotonic() - t0, durable=True)
+            raise
+        self.strategy.on_restore(self, res, manifest)
+        self._phase, self._phase_since = "boundary", time.monotonic()
+        self.events.emit("restore", "end", step=res.step, kind=res.kind, source=res.source,
+                         skipped=res.skipped, dur_s=time.monotonic() - t0, durable=True)
+        return res
+
+    def _load_from_directory(self, res: RestoreResult) -> Loaded | None:
+        choice: list = [None, [], None]
+        if self.strategy.reads_checkpoints and self.rank == 0:
+            skipped: list = []
+            try:
+                found = ckpt.newest_valid(self.config.ckpt_dir, self.world_size, skipped,
+                                          run_id=self.config.run_id)
+                choice = [found[0].path.name if found else None,
+                          [[p.path.name, why] for p, why in skipped], None]
+            except ckpt.CheckpointError as exc:
+                choice = [None, [], str(exc)]
+        if _dist_ready():
+            torch.distributed.broadcast_object_list(choice, src=0)
+        name, res.skipped, refusal = choice
+        if refusal is not None:
+            raise ckpt.CheckpointMismatch(
+                f"checkpoint directory {self.config.ckpt_dir} is not this job's: {refusal}")
+        if name is None:
+            return None
+        part = next((p for p in ckpt.list_parts(self.config.ckpt_dir) if p.path.name == name),
+                    None)
+        if part is None:
+            raise ckpt.CheckpointError(f"{name}: chosen by rank 0 but not visible here")
+        state, manifest = ckpt.load_part(part, self.world_size, self.config.run_id)
+        return Loaded(state, manifest, part.step, part.kind, name)
+
+    def _load(self, loaded: Loaded, res: RestoreResult) -> None:
+        apply_state(self.boundary.reg, loaded.state, loaded.manifest, loaded.step)
+        res.step, res.kind, res.source = loaded.step, loaded.kind, loaded.source
+        res.data = loaded.state["data"]
+        res.rng_pending = True
+        self.watchdog.hang.prior_step_s = loaded.manifest.get("meta", {}).get("median_step_s")
+        snap = self.boundary.take(loaded.step, rng=loaded.state["rng"])
+        with self._state_lock:
+            self._completed = self._step = loaded.step
+            self._pending_rng = loaded.state["rng"]
+            self.boundary.snapshot = snap
+
+    # ---------------------------------------------------------------- finish
+    def finish(self, final_state_path: str | None = None) -> None:
+        """End of training: let the strategy finish (an async save in flight
+        commits), optionally write the final state (rank 0; the same complete
+        state a checkpoint holds, for the bitwise ``state_equal`` oracle), meet
+        at a barrier, stop the watchdog and emit ``done``."""
+        self._phase, self._phase_since = "checkpoint", time.monotonic()
+        self.strategy.finish(self)
+        if final_state_path and self.rank == 0:
+            path = Path(final_state_path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            ckpt.write_durable(path, to_bytes(self.boundary_state()))
+        try:
+            if _dist_ready():
+                torch.distributed.barrier()
+        except BaseException as exc:  # noqa: BLE001
+            self.fail("collective_error", error=f"{type(exc).__name__}: {exc}"[:500], save=False)
+        self._phase = "done"
+        # let the watchdog finish its tick: a check may be inside a C++ call (a store
+        # client's round trip) that must not outlive the objects torn down at exit
+        self.watchdog.stop(join_timeout_s=15.0)
+        self.events.emit("done", step=self._completed, durable=True)
+
+    def close(self) -> None:
+        """Stop the watchdog and give back SIGTERM and the wakeup fd (idempotent).
+
+        For scripts and tests that go on after training in the same process;
+        a worker that exits after :meth:`finish` need not call it.
+        """
+        self._phase = "done"
+        self.watchdog.close()
+
+    # -------------------------------------------------------------- failure
+    def fail(self, trigger: str, save: bool = True, notify: bool = False,
+             **info: Any) -> int | None:
+        """Declare a failure: log it, tell the peers (``notify``, with notices set),
+        let the strategy react once (``save``, with a consistent state: after
+        :meth:`restore`, with a registered model), then end the process.
+
+        Returns only when the strategy recovered in process (None), or when
+        ``exit_fn`` returns (tests).
+        """
+        with self._fail_lock:
+            first = not self._failing
+            self._failing = True
+        if not first:
+            # Another thread is already saving: it ends the process with its own exit
+            # code and event. Wait for that; only if it never comes, leave silently
+            # (a second exit event would contradict the first).
+            self._save_done.wait(self.config.save_lock_timeout_s + 60)
+            time.sleep(10.0)
+            self._exit_fn(self._exit_code if self._exit_code is not None else EXIT_FAILURE)
+            return EXIT_FAILURE
+        phase = self._phase
+        code: int | None = EXIT_FAILURE
+        try:
+            self.events.emit("failure", trigger=trigger, in_phase=phase, step=self._step,
+                             completed=self._completed, hang_bound_s=self.hang_bound_s(),
+                             durable=True, **info)
+            if notify and self._notices is not None:
+                reason = str(info.get("reason") or info.get("error") or trigger)
+                acks = self._notices.post(trigger, reason)
+                self.events.emit("notice", "point", trigger=trigger, reason=reason, acks=acks,
+                                 durable=True)
+            if save and self.boundary.reg.model is not None and phase != "init":
+                code = self.strategy.on_failure(self, trigger, phase)
+        except BaseException as exc:  # noqa: BLE001 - the process must still exit
+            self.events.emit("error", where="failure handling", error=repr(exc)[:500])
+            code = EXIT_FAILURE
+        finally:
+            if code is None:  # recovered in process: back at the boundary
+                with self._fail_lock:
+                    self._failing = False
+                self._phase, self._phase_since = "boundary", time.monotonic()
+            else:
+                self._save_done.set()
+                self._end_process(code)
+        return code
+
+    def _end_process(self, code: int) -> None:
+        self._exit_code = code
+        try:
+            for strategy in self._strategies.values():
+                strategy.on_exit(self)
+            self.events.emit("exit", code=code, durable=True)
+            self.events.close()
+        finally:
+            self._exit_fn(code)
+
+
+def is_collective_error(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from a collective (a peer died or timed out): a
+    ``torch.distributed.DistError`` or a message naming gloo/NCCL, a closed or
+    reset connection, a broken pipe or a timeout."""
+    dist_error = getattr(torch.distributed, "DistError", ())
+    if dist_error and isinstance(exc, dist_error):
+        return True
+    text = str(exc).lower()
+    return any(s in text for s in ("gloo", "nccl", "connection closed", "connection reset",
+                                   "broken pipe", "timed out", "timeout"))
+
+
+def _dist_ready() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()

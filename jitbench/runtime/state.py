@@ -1,0 +1,290 @@
+"""The training state at an iteration boundary: snapshot, checkpoint form, checks, loading.
+
+What a checkpoint holds (:data:`REQUIRED_KEYS`; every strategy alike):
+``model`` (``state_dict``, buffers from the boundary), ``optimizer`` (all
+moments and step counts, hyper-parameters from the boundary), ``scheduler``,
+``scaler`` (``GradScaler.state_dict``: scale, growth tracker), ``rng``
+(python, numpy, torch CPU, every CUDA device; :mod:`jitbench.runtime.rng`),
+``data`` (the workload's position: epoch, position in the epoch, micro-batch,
+and the sampler's configuration), ``step`` (optimizer steps completed) and
+``extra``. Loading checks every key and fails with
+:class:`~jitbench.runtime.checkpoint.CheckpointError` naming what is missing
+(never a ``KeyError``).
+
+Parameters and optimizer moments change only inside the optimizer step, so
+between the optimizer's pre-hook of step k+1 and the end of step k they equal
+boundary k. Everything small that a step may move *outside* the optimizer step
+(RNG streams, model buffers such as BatchNorm statistics, the LR scheduler,
+the grad scaler, the optimizer's hyper-parameters, the data position, the
+user's extra state) is copied into a *snapshot* (:meth:`Boundary.take`); a
+checkpoint of boundary k is the live parameters and optimizer moments plus
+the snapshot of k (:meth:`Boundary.assemble`).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from jitbench.runtime.checkpoint import CheckpointError
+from jitbench.runtime.device_copy import BoundaryEvents, cuda_devices
+from jitbench.runtime.rng import capture_rng_raw, rng_state
+
+__all__ = ["REQUIRED_KEYS", "Boundary", "Registered", "apply_state", "check_state", "to_bytes"]
+
+REQUIRED_KEYS = ("model", "optimizer", "scheduler", "scaler", "rng", "data", "step", "extra")
+"""Top-level keys of every checkpoint state."""
+
+
+@dataclass
+class Registered:
+    """The objects a training script hands the runtime (:meth:`Runtime.register`)."""
+
+    model: nn.Module | None = None
+    """The unwrapped module (``ddp.module``)."""
+    optimizer: torch.optim.Optimizer | None = None
+    scheduler: Any = None
+    """LR scheduler (``state_dict``/``load_state_dict``), optional."""
+    scaler: Any = None
+    """AMP ``GradScaler``, optional (a disabled one saves ``{}``)."""
+    data_state: Callable[[int], dict] | None = None
+    """``f(completed_steps) -> dict``: the data position after that many steps."""
+    extra_state: Callable[[], dict] | None = None
+    """User state to save."""
+    load_extra: Callable[[dict], None] | None = None
+    """Loads the saved extra state back."""
+    load_data: Callable[[dict], None] | None = None
+    """Positions (or checks) the data loader on restore; raises if it cannot."""
+
+
+class Boundary:
+    """The registered objects and the snapshot of the last iteration boundary.
+
+    ``snapshot`` is the dict of :meth:`take` (None before :meth:`register`):
+    ``rng`` (raw, :func:`~jitbench.runtime.rng.capture_rng_raw`, or the
+    checkpoint form after a restore), ``buffers`` ({name: tensor copy}),
+    ``param_groups`` (hyper-parameters without ``params``), ``scheduler``,
+    ``scaler``, ``data``, ``extra`` and ``step``. On CUDA ``device_events``
+    holds one event per device recorded at each snapshot
+    (:mod:`jitbench.runtime.device_copy`): the GPU work queued before it is
+    that boundary's state.
+    """
+
+    def __init__(self) -> None:
+        self.reg = Registered()
+        self.snapshot: dict | None = None
+        self.device_events = BoundaryEvents([])
+        self._live_buffers: list | None = None  # (name, tensor), cached by take() without into
+
+    def register(self, reg: Registered, step: int) -> list[str]:
+        """Use ``reg`` from now on and snapshot it as the boundary after ``step``.
+
+        Returns:
+            Warnings for the event log (an LR lambda that is a plain function:
+            ``LambdaLR`` saves a callable object's fields but nothing of a
+            function, so a closure over mutable state would come back as built).
+        """
+        self.reg = reg
+        warnings = []
+        if any(isinstance(fn, types.FunctionType)
+               for fn in getattr(reg.scheduler, "lr_lambdas", ())):
+            warnings.append("an LR lambda is a plain function: its closure is not "
+                            "checkpointed (use a callable object, like WarmupCosine)")
+        model, optimizer = reg.model, reg.optimizer
+        self.device_events = BoundaryEvents(cuda_devices(
+            [*model.parameters(), *model.buffers(),
+             *(t for st in optimizer.state.values() for t in st.values()
+               if isinstance(t, torch.Tensor))]))
+        self.snapshot = self.take(step)
+        return warnings
+
+    def take(self, step: int, rng: dict | None = None, into: dict | None = None) -> dict:
+        """Boundary copies of everything small that a step may change outside the
+        optimizer step: RNG, buffers, scheduler, scaler, optimizer hyper-parameters,
+        data position (``data_state(step)``), extra state.
+
+        The RNG streams are kept raw (converted when a checkpoint is written)
+        unless ``rng`` (a checkpoint's) is given. ``into``: the previous
+        snapshot, whose buffer tensors are overwritten in place with one
+        ``torch._foreach_copy_`` (the per-step hot path of strategies with
+        ``snapshot_each_step``; about 80-90 µs per step for the reference
+        workloads). The buffer list is cached by a call without ``into``:
+        buffers must be updated in place, as BatchNorm's are; a script that
+        replaces a buffer tensor registers again.
+        """
+        r = self.reg
+        live = self._live_buffers
+        if into is not None and live is not None and len(into["buffers"]) == len(live):
+            buffers = into["buffers"]
+            if live:
+                dst, src = list(buffers.values()), [b for _, b in live]
+                try:
+                    torch._foreach_copy_(dst, src)
+                except (AttributeError, RuntimeError):  # no foreach kernel: one copy each
+                    for d, b in zip(dst, src, strict=True):
+                        d.copy_(b)
+        else:
+            m = r.model
+            self._live_buffers = [(n, b.detach()) for n, b in m.named_buffers()] if m else []
+            buffers = {n: b.clone() for n, b in self._live_buffers}
+        groups = None
+        if r.optimizer is not None:
+            groups = [copy.deepcopy({k: v for k, v in g.items() if k != "params"})
+                      for g in r.optimizer.param_groups]
+        snap = {
+            "rng": rng if rng is not None else capture_rng_raw(),
+            "buffers": buffers,
+            "param_groups": groups,
+            "scheduler": (copy.deepcopy(r.scheduler.state_dict())
+                          if r.scheduler is not None else None),
+            "scaler": copy.deepcopy(r.scaler.state_dict()) if r.scaler is not None else None,
+            "data": copy.deepcopy(r.data_state(step)) if r.data_state else {},
+            "extra": copy.deepcopy(r.extra_state()) if r.extra_state else {},
+            "step": step,
+        }
+        self.device_events.mark()  # CUDA: the work queued so far is this boundary's state
+        return snap
+
+    def refresh(self, step: int) -> None:
+        """Bring :attr:`snapshot` to the boundary after ``step``, buffers copied in place."""
+        self.snapshot = self.take(step, into=self.snapshot)
+
+    def assemble(self, step: int, snapshot: dict) -> dict:
+        """The complete checkpoint state at the boundary after ``step``: live
+        parameters and optimizer moments plus ``snapshot`` (tensors are live
+        references, not copies).
+
+        Raises:
+            CheckpointError: ``snapshot`` is of another step.
+        """
+        r = self.reg
+        if snapshot.get("step", step) != step:
+            raise CheckpointError(f"snapshot of step {snapshot.get('step')} saved as {step}")
+        model_sd = dict(r.model.state_dict())
+        for name, b in snapshot["buffers"].items():
+            if name in model_sd:
+                model_sd[name] = b
+        opt_sd = r.optimizer.state_dict()
+        rng = snapshot["rng"]
+        if snapshot.get("param_groups") is not None:
+            opt_sd["param_groups"] = [{**hp, "params": g["params"]} for hp, g in
+                                      zip(snapshot["param_groups"], opt_sd["param_groups"],
+                                          strict=True)]
+        return {
+            "model": model_sd,
+            "optimizer": opt_sd,
+            "scheduler": snapshot["scheduler"],
+            "scaler": snapshot["scaler"],
+            "rng": rng_state(rng) if isinstance(rng, tuple) else rng,
+            "data": snapshot["data"],
+            "step": step,
+            "extra": snapshot["extra"],
+        }
+
+    def optimizer_state_keys(self) -> list[str]:
+        """Sorted names of every per-parameter optimizer state (``exp_avg``, ``step``, ...)."""
+        return sorted({k for s in self.reg.optimizer.state.values() for k in s})
+
+
+def check_state(state: dict, manifest: dict, step: int, reg: Registered) -> None:
+    """Refuse a loaded checkpoint state that is not complete for the registered objects.
+
+    Checks every key of :data:`REQUIRED_KEYS`, the RNG streams, the step, that
+    a registered scheduler / enabled scaler / data loader has its saved state,
+    and that every parameter's optimizer state holds every moment the
+    manifest lists (and every moment any other parameter holds).
+
+    Raises:
+        CheckpointError: one line naming what is missing.
+    """
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint of step {step} is not a dict")
+    missing = [k for k in REQUIRED_KEYS if k not in state]
+    if missing:
+        raise CheckpointError(f"checkpoint of step {step} lacks {', '.join(missing)}")
+    if state["step"] != step:
+        raise CheckpointError(f"checkpoint file of step {step} holds step {state['step']}")
+    rng = state["rng"]
+    lack = [k for k in ("python", "numpy", "torch") if not isinstance(rng, dict) or k not in rng]
+    if lack:
+        raise CheckpointError(f"checkpoint of step {step} lacks the RNG stream(s) "
+                              f"{', '.join(lack)}")
+    opt = state["optimizer"]
+    if not isinstance(opt, dict) or "state" not in opt or "param_groups" not in opt:
+        raise CheckpointError(f"checkpoint of step {step}: optimizer state lacks "
+                              "state/param_groups")
+    want = set(manifest.get("meta", {}).get("optimizer_state_keys", []))
+    for pstate in opt["state"].values():
+        want |= set(pstate)
+    if want and not opt["state"]:
+        raise CheckpointError(f"checkpoint of step {step}: optimizer state is empty, the "
+                              f"manifest lists {', '.join(sorted(want))}")
+    for idx, pstate in opt["state"].items():
+        lack = sorted(want - set(pstate))
+        if lack:
+            raise CheckpointError(
+                f"checkpoint of step {step}: optimizer state of parameter {idx} lacks "
+                f"{', '.join(lack)}")
+    if reg.scheduler is not None and not isinstance(state["scheduler"], dict):
+        raise CheckpointError(f"checkpoint of step {step} has no LR scheduler state "
+                              "but a scheduler is registered")
+    scaler_on = reg.scaler is not None and getattr(reg.scaler, "is_enabled", lambda: True)()
+    saved_scaler = state["scaler"] or {}
+    if scaler_on and "scale" not in saved_scaler:
+        raise CheckpointError(f"checkpoint of step {step} has no grad-scaler state "
+                              "but an enabled GradScaler is registered")
+    if not scaler_on and saved_scaler:
+        raise CheckpointError(f"checkpoint of step {step} holds grad-scaler state but "
+                              "no enabled GradScaler is registered (an AMP run's "
+                              "checkpoint)")
+    if (reg.data_state is not None or reg.load_data is not None) and not state["data"]:
+        raise CheckpointError(f"checkpoint of step {step} has no data position")
+
+
+def apply_state(reg: Registered, state: dict, manifest: dict, step: int) -> None:
+    """Check ``state`` against the registered objects (:func:`check_state`), then load
+    it in the order model, optimizer, scheduler, scaler, data, extra (RNG excluded:
+    the runtime sets it at the start of the next step).
+
+    Raises:
+        CheckpointError: what is missing or does not fit, in one line.
+    """
+    check_state(state, manifest, step, reg)
+    where = "model"
+    try:
+        reg.model.load_state_dict(state["model"], strict=True)
+        where = "optimizer"
+        reg.optimizer.load_state_dict(state["optimizer"])
+        if reg.scheduler is not None:
+            where = "scheduler"
+            reg.scheduler.load_state_dict(state["scheduler"])
+        if reg.scaler is not None:
+            where = "scaler"
+            reg.scaler.load_state_dict(state["scaler"])
+        if reg.load_data is not None:
+            where = "data position"
+            reg.load_data(state["data"])
+        if reg.load_extra is not None:
+            where = "extra state"
+            reg.load_extra(state["extra"])
+    except CheckpointError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a state that does not fit is a bad checkpoint
+        msg = " ".join(str(exc).split())[:300]
+        raise CheckpointError(
+            f"checkpoint of step {step} does not fit the {where}: {type(exc).__name__}: "
+            f"{msg}") from exc
+
+
+def to_bytes(state: dict) -> bytes:
+    """``state`` serialised with :func:`torch.save`."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()

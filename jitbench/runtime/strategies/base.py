@@ -1,0 +1,150 @@
+"""The strategy protocol: what a checkpointing/recovery strategy does, and when.
+
+The :class:`~jitbench.runtime.core.Runtime` (the facade) owns the step loop,
+the state lock, the boundary snapshot, the watchdog and the exit path; a
+strategy decides *what to do* at the points the facade calls it:
+
+=====================  ==========================================================
+hook                   called
+=====================  ==========================================================
+``restore_from``       by :meth:`Runtime.restore` on every rank, before the
+                       checkpoint directory is read: a state from elsewhere (a
+                       peer's memory) or None
+``on_restore``         at the end of a restore (fresh start included)
+``on_optimizer_step``  on the main thread at the optimizer's pre-hook, still in
+                       the ``compute`` phase, before the state lock is taken
+``at_boundary``        after each step's end event, at the boundary (main thread)
+``on_failure``         once per failure, with a consistent state to work from
+                       (after :meth:`Runtime.restore`, with a registered model);
+                       any thread: the main thread (an exception escaped the
+                       step) or the watchdog (hang, SIGTERM, a check)
+``leave``              :meth:`Runtime.set_strategy` switches to another strategy
+``finish``             :meth:`Runtime.finish`, before the final state and barrier
+``on_exit``            the process is ending (after a failure): stop background
+                       work that would otherwise commit without its event
+=====================  ==========================================================
+
+Class attributes: ``snapshot_each_step`` (the facade refreshes the boundary
+snapshot at every step end under the state lock, so a failure save reads the
+last boundary; costs about 80-90 µs per step) and ``reads_checkpoints``
+(restore looks in the checkpoint directory). The replay promise
+(``replay_bound``) is the registry entry's
+(:data:`jitbench.runtime.strategies.REGISTRY`).
+
+A strategy reads the live :class:`~jitbench.runtime.config.RuntimeConfig` it
+was built with (the facade's own: ``periodic:auto`` writes the interval it
+chose into it, and every checkpoint's manifest records it).
+
+Adding a strategy is one module holding one subclass plus one registry line.
+Two planned ones, and the hooks they use:
+
+- ``inmem:N`` (copies of the state in a peer's host memory every N steps):
+  ``at_boundary`` sends :meth:`Runtime.boundary_state` to its peer every N
+  steps; ``restore_from`` fetches the newest copy a peer holds (the same step
+  on every rank) before the directory is read.
+- ``jit-inprocess`` (survivors keep their processes): ``snapshot_each_step``
+  like ``jit``; ``on_failure`` writes the backstop JIT part
+  (:meth:`Runtime.consistent_state`, :meth:`Runtime.write_checkpoint`),
+  re-forms the process group, feeds the newcomer and returns None: the
+  facade then neither exits nor ends the step, and :meth:`Runtime.steps`
+  yields the failed step again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from jitbench.runtime.config import EXIT_FAILURE, RuntimeConfig
+from jitbench.runtime.strategies import REGISTRY
+
+if TYPE_CHECKING:
+    from jitbench.runtime.core import RestoreResult, Runtime
+
+__all__ = ["Loaded", "Strategy"]
+
+
+@dataclass
+class Loaded:
+    """A checkpoint state that a strategy found outside the checkpoint directory."""
+
+    state: dict
+    """The complete state (:data:`jitbench.runtime.state.REQUIRED_KEYS`)."""
+    manifest: dict
+    """Its manifest (``meta``: ``optimizer_state_keys``, ``median_step_s``, ``config``)."""
+    step: int
+    """Optimizer steps completed in ``state``."""
+    kind: str
+    """What it is, as restore events report it (e.g. ``inmem``)."""
+    source: str
+    """Where it came from (e.g. the peer's rank), for the restore event."""
+
+
+class Strategy:
+    """Base class and protocol of every strategy; every hook's default does nothing.
+
+    Args:
+        config: the runtime's live settings (``interval``, ``mtbf_s``, ...).
+
+    Raises:
+        ValueError: the settings do not suit the strategy (:meth:`validate`).
+    """
+
+    name: ClassVar[str] = ""
+    """The registry name (``jit``, ``periodic``, ...)."""
+    snapshot_each_step: ClassVar[bool] = False
+    """Refresh the boundary snapshot at every step end (see the module docstring)."""
+    reads_checkpoints: ClassVar[bool] = True
+    """Restore loads the newest valid checkpoint (False: always a fresh start)."""
+
+    def __init__(self, config: RuntimeConfig) -> None:
+        self.validate(config)
+        self.config = config
+
+    @classmethod
+    def validate(cls, config: RuntimeConfig) -> None:
+        """Refuse settings the strategy cannot run with.
+
+        Raises:
+            ValueError: one line naming what is missing.
+        """
+
+    @property
+    def replay_bound(self) -> str:
+        """What the strategy promises to replay per failure: ``one`` (at most one
+        minibatch), ``interval`` (at most its interval) or ``all`` (from step 0)."""
+        return REGISTRY[self.name].replay_bound
+
+    def restore_from(self, rt: Runtime) -> Loaded | None:
+        """A state from a source other than the checkpoint directory, or None (read
+        the directory). Must give the same step on every rank, or None on every rank."""
+        return None
+
+    def on_restore(self, rt: Runtime, restored: RestoreResult, manifest: dict | None) -> None:
+        """The restore has loaded ``restored`` (``step`` 0: fresh start, ``manifest`` None)."""
+
+    def on_optimizer_step(self, rt: Runtime) -> None:
+        """Main thread, at the optimizer's pre-hook, before the state lock."""
+
+    def at_boundary(self, rt: Runtime, step: int) -> None:
+        """Step ``step`` has completed and its end event is written (main thread)."""
+
+    def on_failure(self, rt: Runtime, trigger: str, phase: str) -> int | None:
+        """React to a failure (``trigger``: ``hang``, ``sigterm``, ``exception``, ...;
+        ``phase``: the runtime's phase when it was declared).
+
+        Returns:
+            The process's exit status (the facade then ends the process), or None:
+            the strategy recovered in process and training goes on with the failed
+            step re-executed (see :meth:`Runtime.steps`).
+        """
+        return EXIT_FAILURE
+
+    def leave(self, rt: Runtime) -> None:
+        """:meth:`Runtime.set_strategy` is switching away from this strategy."""
+
+    def finish(self, rt: Runtime) -> None:
+        """End of training, before the final state is written and the final barrier."""
+
+    def on_exit(self, rt: Runtime) -> None:
+        """The process is ending after a failure; must not block for long."""

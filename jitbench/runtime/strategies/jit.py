@@ -1,0 +1,73 @@
+"""``jit``: just-in-time checkpointing (Gupta et al., EuroSys 2024), whole-job restart.
+
+In data-parallel training every replica holds the same parameters and
+optimizer state, which change only in the optimizer step after the gradient
+all-reduce. When a peer fails, a healthy replica blocks (or errors) in the
+next collective while still holding the state of the last iteration
+boundary; this strategy saves that state *then* (every survivor writes its
+own part), the facade ends the process so the elastic agent restarts the
+job, and the restart restores the newest valid checkpoint, so at most one
+minibatch is re-executed per failure.
+
+Per step it keeps the boundary snapshot current (``snapshot_each_step``: RNG
+streams, buffers, scheduler, scaler, hyper-parameters, data position; a few
+KB, about 80-90 µs per step for the reference workloads, the ``rt_s`` of
+step-end events). With ``interval > 0`` it also writes a synchronous
+periodic checkpoint every ``interval`` steps as a safety net.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from jitbench.runtime.checkpoint import CheckpointWriteError
+from jitbench.runtime.config import EXIT_FAILURE, EXIT_FAILURE_SAVED
+from jitbench.runtime.strategies.base import Strategy
+
+if TYPE_CHECKING:
+    from jitbench.runtime.core import Runtime
+
+__all__ = ["JustInTime"]
+
+
+class JustInTime(Strategy):
+    """Save the last boundary when a failure is declared (see the module docstring)."""
+
+    name = "jit"
+    snapshot_each_step = True
+
+    def on_optimizer_step(self, rt: Runtime) -> None:
+        # CUDA: wait here, still in the compute phase and without the lock, until
+        # the gradient collective has finished on the device. Otherwise the host
+        # runs ahead of a hung NCCL kernel: it queues this optimizer step behind
+        # it, moves the step counter, scheduler and CPU-resident optimizer
+        # counters on, and a JIT save would pair them with device tensors that
+        # never got this update. With the wait, a hang keeps the main thread
+        # here, at the last boundary on host and device alike.
+        rt.boundary.device_events.sync()
+
+    def at_boundary(self, rt: Runtime, step: int) -> None:
+        interval = self.config.interval
+        if interval > 0 and step % interval == 0:
+            rt.save_periodic(step)
+
+    def on_failure(self, rt: Runtime, trigger: str, phase: str) -> int:
+        """Write this rank's JIT part of the last boundary.
+
+        Returns:
+            :data:`EXIT_FAILURE_SAVED` when the part committed, else
+            :data:`EXIT_FAILURE` (the failure came inside the optimizer step, the
+            optimizer step did not finish within ``save_lock_timeout_s``, or the
+            write failed).
+        """
+        with rt.consistent_state() as why:
+            if why is not None:
+                rt.events.emit("save", "skip", kind="jit", reason=why, durable=True)
+                return EXIT_FAILURE
+            # parameters and optimizer equal the last boundary; RNG and buffers
+            # come from its snapshot
+            try:
+                rt.write_checkpoint("jit", rt.completed, rt.boundary.snapshot)
+            except CheckpointWriteError:
+                return EXIT_FAILURE
+            return EXIT_FAILURE_SAVED
