@@ -70,6 +70,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from jitbench.errors import ScheduleError
 from jitbench.faults import FAULTS
 from jitbench.faults.base import FaultSpec, check_value
 
@@ -85,10 +86,6 @@ MIN_MTBF_STEPS = 0.05
 arrivals only merge (and below this, drawing them takes longer than the run)."""
 MIN_MTBF_S = 0.001
 """Smallest ``mtbf_s`` (s): fault times are kept to the microsecond."""
-
-
-class ScheduleError(ValueError):
-    """A schedule or scenario file is invalid; the message is one line."""
 
 
 def _typed(where: str, key: str, value: Any, kind: type, low: float | None = None) -> Any:

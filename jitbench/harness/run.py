@@ -30,6 +30,7 @@ import pandas as pd
 import torch
 
 import jitbench
+from jitbench.errors import RunDirError
 from jitbench.harness import metrics
 from jitbench.harness.launch import LaunchResult, held_signals, launch
 from jitbench.harness.spec import RunSpec, SpecError
@@ -37,12 +38,6 @@ from jitbench.runtime import checkpoint as ckpt
 from jitbench.runtime.events import read_events
 
 SUMMARY_VERSION = 1
-SUMMARY_KEYS = ("detect_s", "save_s", "restart_s", "restore_s", "replayed_steps", "recovery_s",
-                "state_equal")
-
-
-class RunDirError(SpecError):
-    """The run directory exists and is not empty (never overwritten silently)."""
 
 
 @dataclass

@@ -13,16 +13,13 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from jitbench.errors import SpecError
 from jitbench.faults import FAULTS, FaultSpec
 from jitbench.runtime.jit import RuntimeConfig
 from jitbench.workloads import WORKLOADS, WorkloadConfig
 
 SPEC_VERSION = 1
 BACKENDS = ("gloo", "nccl")
-
-
-class SpecError(ValueError):
-    """The spec is invalid; the message is one line for the user."""
 
 
 def check_nccl(nproc: int) -> None:

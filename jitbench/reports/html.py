@@ -17,7 +17,7 @@ import json
 import time
 from pathlib import Path
 
-from jitbench.harness.spec import SpecError
+from jitbench.errors import SpecError
 from jitbench.reports.table import fmt
 
 CSS = """

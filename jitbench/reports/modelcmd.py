@@ -17,9 +17,10 @@ from typing import Any, BinaryIO
 import numpy as np
 import pandas as pd
 
+from jitbench.errors import InputError
 from jitbench.reports.model import (
+    MODEL_STRATEGIES,
     SECONDS_PER_HOUR,
-    STRATEGIES,
     Crossover,
     ModelParams,
     estimate,
@@ -60,8 +61,6 @@ _PREFERRED_ROWS: dict[str, tuple[str, ...]] = {
 }
 
 
-class InputError(ValueError):
-    """Bad user input; the message is one line for stderr."""
 
 
 def load_params_from_results(path: Path) -> tuple[dict[str, float], dict[str, Any]]:
@@ -186,7 +185,7 @@ def build_rows(gpus: Sequence[int], params: ModelParams, horizon_hours: float, t
     for n in gpus:
         sim = simulate(params, SimConfig(n_gpus=n, horizon_hours=horizon_hours, trials=trials,
                                          seed=seed, weibull_shape=weibull_shape))
-        for s in STRATEGIES:
+        for s in MODEL_STRATEGIES:
             a = estimate(s, n, params)
             r = sim[s]
             rows.append({
@@ -245,9 +244,9 @@ def write_plot(path: Path | BinaryIO, params: ModelParams, gpus: Sequence[int],
     grid = np.unique(np.round(np.geomspace(lo, hi, 160)).astype(int))
     fig = Figure(figsize=(11, 4.5), layout="constrained")
     ax_w, ax_g = fig.subplots(1, 2)
-    colors = dict(zip(STRATEGIES, ("tab:green", "tab:blue", "tab:red", "tab:orange"),
+    colors = dict(zip(MODEL_STRATEGIES, ("tab:green", "tab:blue", "tab:red", "tab:orange"),
                       strict=True))
-    for s in STRATEGIES:
+    for s in MODEL_STRATEGIES:
         est = [estimate(s, int(n), params) for n in grid]
         ax_w.plot(grid, [e.wasted_gpu_hours_per_day for e in est], color=colors[s],
                   label=f"{s} (analytic)")
@@ -262,7 +261,7 @@ def write_plot(path: Path | BinaryIO, params: ModelParams, gpus: Sequence[int],
                         label=f"{s} (simulated, p5-p95)")
     ax_w.set(xscale="log", yscale="log", xlabel="world size N (GPUs)",
              ylabel="wasted GPU-hours per day", title="Wasted GPU time (lines: analytic model)")
-    lows = [e.goodput for s in STRATEGIES for e in (estimate(s, int(n), params) for n in grid)]
+    lows = [e.goodput for s in MODEL_STRATEGIES for e in (estimate(s, int(n), params) for n in grid)]
     lows += [r["sim_goodput_p5"] for r in rows]
     bottom = max(0.0, math.floor((min(lows) - 0.005) * 100) / 100)  # zoom in on high goodput
     ax_g.set(xscale="log", xlabel="world size N (GPUs)", ylabel="goodput (useful / total GPU time)",
