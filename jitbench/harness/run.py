@@ -34,10 +34,9 @@ from jitbench.errors import RunDirError
 from jitbench.harness import metrics
 from jitbench.harness.launch import LaunchResult, held_signals, launch
 from jitbench.harness.spec import RunSpec, SpecError
+from jitbench.records import SUMMARY_VERSION
 from jitbench.runtime import checkpoint as ckpt
 from jitbench.runtime.events import read_events
-
-SUMMARY_VERSION = 1
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """``jitbench report``: one self-contained HTML file and a markdown file.
 
 Reads records only: a sweep's ``results.parquet`` (or a single run's
-``records.csv``), each run's JSONL events for its timeline, and an overhead
+``records``; :func:`jitbench.records.load_results`), each run's ``phases.parquet``
+for its timeline, and an overhead
 measurement's ``overhead.csv``/``overhead_segments.csv``. The HTML embeds
 every plot as a base64 PNG and its CSS inline, so it opens with no network
 and can be mailed or attached to a CI job. The markdown holds the same tables
@@ -17,7 +18,8 @@ import json
 import time
 from pathlib import Path
 
-from jitbench.errors import SpecError
+from jitbench import records
+from jitbench.errors import InputError, SpecError
 from jitbench.reports.table import fmt
 
 CSS = """
@@ -75,20 +77,15 @@ def _fmt(v, digits: int = 2) -> str:
 
 
 def _load_table(d: Path):
-    """The results of a sweep dir, or a one-row table of a run dir; None if neither."""
-    import pandas as pd
-
-    from jitbench.harness.sweep import load_results
-
-    if (d / "results.parquet").exists() or (d / "results.csv").exists():
-        return load_results(d), "sweep"
-    if (d / "records.csv").exists():
-        t = pd.read_csv(d / "records.csv")
-        t["fault"] = t["faults"].fillna("none").astype(str).str.split("@").str[0]
-        t["repeat"] = 0
-        t["run_dir"] = str(d)
-        return t, "run"
-    return None, None
+    """The results of a sweep dir or the one-row records of a run dir
+    (:func:`jitbench.records.load_results`); None if neither is there."""
+    table = records.find_table(d)
+    if table is None:
+        return None
+    try:
+        return records.load_results(d)
+    except InputError as exc:  # the CLI catches SpecError (an InputError) until it
+        raise SpecError(str(exc)) from None  # catches every JitbenchError
 
 
 def _run_dir(root: Path, recorded: str) -> Path | None:
@@ -335,7 +332,7 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
         raise SpecError(f"--out {out_path} is a directory; give the HTML file to write")
     if overhead_dir is not None and _load_overhead(overhead_dir)[0] is None:
         raise SpecError(f"--overhead {overhead_dir}: no overhead.csv there")
-    t, kind = _load_table(d)
+    t = _load_table(d)
     osum, osegs, ometa = _load_overhead(overhead_dir, d)
     if t is None and osum is None:
         raise SpecError(f"{directory}: no results.parquet, records.csv or overhead.csv to report")

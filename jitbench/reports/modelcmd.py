@@ -17,6 +17,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import pandas as pd
 
+from jitbench import records
 from jitbench.errors import InputError
 from jitbench.reports.model import (
     MODEL_STRATEGIES,
@@ -65,7 +66,8 @@ _PREFERRED_ROWS: dict[str, tuple[str, ...]] = {
 
 def load_params_from_results(path: Path) -> tuple[dict[str, float], dict[str, Any]]:
     """Median model parameters from a records table (CSV or Parquet, one row per
-    run), or the results table of a sweep directory.
+    run), or the table of a sweep or run directory
+    (:func:`jitbench.records.load_results`).
 
     For each column of :data:`RESULT_COLUMNS` present, the median over rows
     where it is a finite number (NaN-tolerant). Where a ``strategy`` column
@@ -76,29 +78,11 @@ def load_params_from_results(path: Path) -> tuple[dict[str, float], dict[str, An
     missing/unreadable file, no usable column, or a negative (or zero step)
     value.
     """
-    if path.is_dir():  # a sweep directory: its results table
-        for name in ("results.parquet", "results.csv", "records.csv"):
-            if (path / name).is_file():
-                path = path / name
-                break
-        else:
-            raise InputError(f"--from-results: {path} holds no results.parquet, results.csv "
-                             "or records.csv")
-    if not path.is_file():
-        raise InputError(f"--from-results: no such file: {path}")
-    suffix = path.suffix.lower()
     try:
-        if suffix in (".parquet", ".pq"):
-            df = pd.read_parquet(path)
-        elif suffix in (".csv", ".txt"):
-            df = pd.read_csv(path)
-        else:
-            raise InputError(f"--from-results: {path}: expected a .csv or .parquet file")
-    except InputError:
-        raise
-    except Exception as exc:  # pandas/pyarrow raise many types for bad files
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"--from-results: cannot read {path}: {first}") from None
+        df = records.load_results(path, require=())
+    except InputError as exc:
+        raise InputError(f"--from-results: {exc}") from None
+    path = records.find_table(path) or path if path.is_dir() else path
     overrides = params_from_table(df, str(path))
     info: dict[str, Any] = {"path": str(path), "rows": len(df)}
     if "world_size" in df.columns:
