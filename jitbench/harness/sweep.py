@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from jitbench import hang
 from jitbench.errors import InputError
 from jitbench.faults import FAULTS, FaultSpec
 from jitbench.harness.spec import RunSpec, SpecError, Strategy
@@ -80,8 +81,10 @@ class SweepConfig:
     validation (``jitbench validate``) runs on such sweeps."""
     fault_count: int | None = None
     """With ``fault_mtbf_steps``: at most this many faults per run."""
-    hang_floor_s: float = 2.0
-    hang_first_s: float = 30.0
+    hang_floor_s: float = hang.FLOOR_S
+    """Hang bound floor of every run (s; :mod:`jitbench.hang`)."""
+    hang_first_s: float = hang.FIRST_S
+    """Hang bound before any step time is known (s)."""
     timeout_s: float = 600.0
     """Per launch."""
 
