@@ -17,6 +17,7 @@ from jitbench import hang
 from jitbench.errors import ScheduleError, SpecError
 from jitbench.faults import FaultSpec
 from jitbench.faults.schedule import check_plan
+from jitbench.runtime import strategies
 from jitbench.runtime.jit import RuntimeConfig
 from jitbench.workloads import WORKLOADS, WorkloadConfig
 
@@ -46,41 +47,20 @@ def check_nccl(nproc: int) -> None:
                         f"{nproc} devices on this node, it has {n}")
 
 
-@dataclass(frozen=True)
-class Strategy:
-    """A checkpointing strategy parsed from its CLI form."""
-
-    name: str
-    """``jit``, ``periodic``, ``periodic-async`` or ``none``."""
-    interval: int = 0
-    """Steps between periodic checkpoints (0 with ``auto``: chosen at run time)."""
-    auto: bool = False
-    """``periodic:auto``: the interval is the Young/Daly optimum for the spec's
-    ``mtbf_s`` and the checkpoint cost measured at run time
-    (:mod:`jitbench.runtime.interval`)."""
+class Strategy(strategies.Choice):
+    """A checkpointing strategy parsed from its CLI form: the registry's
+    :class:`~jitbench.runtime.strategies.Choice` (``name``, ``interval``, ``auto``)."""
 
     @classmethod
     def parse(cls, text: str) -> Strategy:
-        """Parse ``jit``, ``none``, ``periodic:N``, ``periodic-async:N`` or ``periodic:auto``.
+        """Parse ``jit``, ``none``, ``periodic:N``, ``periodic-async:N``, ``periodic:auto``
+        (every form of :func:`jitbench.runtime.strategies.usage`).
 
         Raises:
             SpecError: anything else.
         """
-        t = text.strip().lower()
-        if t in ("jit", "none"):
-            return cls(t)
-        if t == "periodic:auto":
-            return cls("periodic", 0, auto=True)
-        m = re.fullmatch(r"(periodic|periodic-async):(\d+)", t)
-        if m and int(m[2]) >= 1:
-            return cls(m[1], int(m[2]))
-        raise SpecError(f"unknown strategy {text!r}; use jit, none, periodic:N, "
-                        "periodic-async:N (N >= 1) or periodic:auto")
-
-    def __str__(self) -> str:
-        if self.auto:
-            return "periodic:auto"
-        return f"{self.name}:{self.interval}" if self.interval else self.name
+        c = strategies.parse(text)
+        return cls(c.name, c.interval, c.auto)
 
 
 @dataclass
@@ -89,7 +69,8 @@ class RunSpec:
 
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     strategy: str = "jit"
-    """``jit``, ``none``, ``periodic:N``, ``periodic-async:N`` or ``periodic:auto``."""
+    """A registered strategy (:mod:`jitbench.runtime.strategies`): ``jit``, ``none``,
+    ``periodic:N``, ``periodic-async:N`` or ``periodic:auto``."""
     faults: list[FaultSpec] = field(default_factory=list)
     nproc: int = 2
     """Ranks per node."""
