@@ -60,7 +60,10 @@ class Column:
 TERMINAL = {"none": "-", "yes": "true", "no": "false"}
 """Symbols of empty and boolean cells in the terminal."""
 REPORT = {"none": "–", "yes": "✓", "no": "✗"}
-"""Symbols of empty and boolean cells in the HTML and markdown report."""
+"""Symbols of empty and boolean cells in the HTML report."""
+MARKDOWN = {**REPORT, "plain": True}
+"""The report's symbols, numbers written plainly (no ``+`` sign, no thousands
+separators: markdown tables are read by scripts too)."""
 
 
 def _missing(v: Any) -> bool:
@@ -88,10 +91,11 @@ def cell(col: Column, row: Any, symbols: dict = TERMINAL) -> str:
         return none if _missing(v) else str(v)
     if col.format in ("bool", "yesno"):
         return yes if truth(v) else no
+    plain = symbols.get("plain", False)
     if col.format == "signed":
-        return none if _missing(v) else f"{float(v):+.2f}"
+        return none if _missing(v) else f"{float(v):{'' if plain else '+'}.2f}"
     if col.format == "thousands":
-        return none if _missing(v) else f"{int(v):,}"
+        return none if _missing(v) else f"{int(v):{'' if plain else ','}}"
     return fmt(v, int(col.format), none=none, yes=yes, no=no)
 
 
@@ -120,11 +124,12 @@ def rich_table(table: Any, columns: list[Column], **kw: Any) -> Table:
 
 
 def markdown_table(table: Any, columns: list[Column]) -> str:
-    """A markdown table of ``table``'s rows (labels left-aligned, numbers right)."""
+    """A markdown table of ``table``'s rows (labels left-aligned, numbers right;
+    :data:`MARKDOWN` symbols)."""
     lines = ["| " + " | ".join(c.header for c in columns) + " |",
              "|" + "|".join("---" if c.left else "---:" for c in columns) + "|"]
     for r in rows_of(table):
-        lines.append("| " + " | ".join(cell(c, r, REPORT) for c in columns) + " |")
+        lines.append("| " + " | ".join(cell(c, r, MARKDOWN) for c in columns) + " |")
     return "\n".join(lines)
 
 
