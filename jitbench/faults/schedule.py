@@ -70,6 +70,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from jitbench.errors import ScheduleError
 from jitbench.faults import FAULTS
 from jitbench.faults.base import FaultSpec, check_value
 
@@ -87,10 +88,6 @@ MIN_MTBF_S = 0.001
 """Smallest ``mtbf_s`` (s): fault times are kept to the microsecond."""
 
 
-class ScheduleError(ValueError):
-    """A schedule or scenario file is invalid; the message is one line."""
-
-
 def _typed(where: str, key: str, value: Any, kind: type, low: float | None = None) -> Any:
     try:
         return check_value(key, value, kind, low=low)
@@ -98,16 +95,33 @@ def _typed(where: str, key: str, value: Any, kind: type, low: float | None = Non
         raise ScheduleError(f"{where}: {exc}") from None
 
 
+def check_rank(rank: int, world_size: int, what: str = "rank") -> None:
+    """Raises ScheduleError unless ``0 <= rank < world_size``."""
+    if not 0 <= rank < world_size:
+        raise ScheduleError(f"{what} {rank} is outside the world of {world_size} ranks "
+                            f"(0..{world_size - 1})")
+
+
+def check_step(step: int, steps: int, what: str = "step") -> None:
+    """Raises ScheduleError unless ``1 <= step < steps`` (a fault fires inside a step
+    before the last)."""
+    if not 1 <= step < steps:
+        raise ScheduleError(f"{what} {step} must be in 1..{steps - 1} "
+                            f"(the run has {steps} steps)")
+
+
 def _check_rank(where: str, rank: int, nproc: int) -> None:
-    if not 0 <= rank < nproc:
-        raise ScheduleError(f"{where}: rank {rank} is outside the world of {nproc} ranks "
-                            f"(0..{nproc - 1})")
+    try:
+        check_rank(rank, nproc)
+    except ScheduleError as exc:
+        raise ScheduleError(f"{where}: {exc}") from None
 
 
 def _check_step(where: str, key: str, step: int, steps: int) -> None:
-    if not 1 <= step < steps:
-        raise ScheduleError(f"{where}: {key} {step} must be in 1..{steps - 1} "
-                            f"(the run has {steps} steps)")
+    try:
+        check_step(step, steps, key)
+    except ScheduleError as exc:
+        raise ScheduleError(f"{where}: {exc}") from None
 
 
 def _params(where: str, kind: str, params: dict) -> dict:
@@ -311,14 +325,69 @@ def _poisson_entry(where: str, e: dict, nproc: int, steps: int, seed: int,
     return poisson(kinds, ranks, steps, seed, index=index, where=where, **kw)
 
 
-def check_unique(faults: list[FaultSpec], where: str = "fault plan") -> None:
-    """Raises ScheduleError when two faults share an id (they would share a marker)."""
+def check_unique(faults: list[FaultSpec], where: str | None = "fault plan") -> None:
+    """Raises ScheduleError when two faults share an id (they would share a marker);
+    ``where`` starts the message (None: nothing)."""
     seen: set[str] = set()
     for f in faults:
         if f.id in seen:
-            raise ScheduleError(f"{where}: two faults have the id {f.id!r}; give one an id "
+            raise ScheduleError((f"{where}: " if where else "")
+                                + f"two faults have the id {f.id!r}; give one an id "
                                 "or another step")
         seen.add(f.id)
+
+
+def check_fault(f: FaultSpec, world_size: int, steps: int, grad_accum: int | None = None,
+                run: Any = None) -> None:
+    """Every check of one planned fault against a run: a known kind, a rank in the
+    world, a step inside the run, an injection point the fault may move to
+    (``micro:M`` with ``M < grad_accum``), valid parameters, a time trigger
+    >= 0, and the fault's own fit to the run (:meth:`Fault.check_run`, with
+    ``run`` the RunSpec; skipped when None).
+
+    Raises:
+        ScheduleError: the first problem, one line (``fault <id>: ...`` for the
+            fault's point, parameters and fit).
+    """
+    if f.kind not in FAULTS:
+        raise ScheduleError(f"unknown fault {f.kind!r}; one of {', '.join(sorted(FAULTS))}")
+    check_rank(f.rank, world_size, "fault rank")
+    check_step(f.step, steps, "fault step")
+    cls = FAULTS[f.kind]
+    at = f.params.get("at")
+    if at is not None and cls.movable and not cls.point_ok(str(at), grad_accum):
+        more = "".join(f", {p}" for p in cls.extra_points)
+        last = "M" if grad_accum is None else f"M with M in 0..{grad_accum - 1}"
+        raise ScheduleError(f"fault {f.id}: injection point {at!r} is not step, collective"
+                            f"{more} or micro:{last}")
+    try:
+        cls.resolve(f.params)
+    except ValueError as exc:
+        raise ScheduleError(f"fault {f.id}: {exc}") from None
+    if f.time_s is not None and not f.time_s >= 0:
+        raise ScheduleError(f"fault {f.id}: time_s must be >= 0, got {f.time_s}")
+    why = cls.check_run(f, run) if run is not None else None
+    if why:
+        raise ScheduleError(f"fault {f.id}: {why}")
+
+
+def check_plan(faults: list[FaultSpec], world_size: int, steps: int,
+               grad_accum: int | None = None, run: Any = None) -> None:
+    """The one check of a run's fault plan (the run spec and the CLI call it): a run
+    of at least 2 steps, :func:`check_fault` for each fault, at least 2 ranks (a
+    survivor to save), and distinct ids.
+
+    Raises:
+        ScheduleError: the first problem, one line.
+    """
+    if faults and steps < 2:
+        raise ScheduleError(f"a fault needs a run of at least 2 steps (it fires inside a step "
+                            f"before the last), got --steps {steps}")
+    for f in faults:
+        check_fault(f, world_size, steps, grad_accum, run)
+    if faults and world_size < 2:
+        raise ScheduleError("a fault needs at least 2 ranks (a survivor to save)")
+    check_unique(faults, where=None)
 
 
 def plan_from_options(kind: str | None, rank: int, step: int | None, steps: int, nproc: int,

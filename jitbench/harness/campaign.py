@@ -112,9 +112,11 @@ def random_campaign(rng: random.Random, steps: int, nproc: int = 2, grad_accum: 
 
 
 def max_replay(strategy: str, steps: int) -> int:
-    """Replayed steps allowed per failure: 1 (jit), N (periodic:N), all (none)."""
+    """Replayed steps allowed per failure, the strategy's registered replay bound
+    (:data:`jitbench.runtime.strategies.REGISTRY`): 1 (jit), N (periodic:N,
+    periodic-async:N), all (none)."""
     st = Strategy.parse(strategy)
-    return {"jit": 1, "periodic": st.interval, "none": steps}[st.name]
+    return {"one": 1, "interval": st.interval, "all": steps}[st.entry.replay_bound]
 
 
 def listening_sockets() -> dict[int, set[str]]:

@@ -1,8 +1,9 @@
 """Metrics derived from a run's events (DESIGN.md, "Metrics").
 
-Every number here comes from the JSONL events; nothing is typed in. Times are
-differences of ``t_mono`` (CLOCK_MONOTONIC, s) when every event comes from one
-host, else of ``t_wall``.
+Every number here comes from the JSONL events; nothing is typed in. The spans
+(the phases below) are derived once, by :mod:`jitbench.phases`, into the run's
+phases table; this module reads them. Times are differences of ``t_mono``
+(CLOCK_MONOTONIC, s) when every event comes from one host, else of ``t_wall``.
 
 Per failure (one per attempt in which a fault that fails the job fired, its
 first such fault; faults marked ``fails_job: false`` in their event, such as
@@ -52,6 +53,7 @@ from pathlib import Path
 
 import torch
 
+from jitbench import phases
 from jitbench.runtime.events import read_events
 
 
@@ -125,18 +127,22 @@ class RunMetrics:
         return asdict(self)
 
 
-def _t(ev: dict, key: str) -> float:
-    return ev[key]
+def compute(run_dir: str | Path, spec_steps: int, world_size: int,
+            events: list[dict] | None = None, phase_table=None) -> RunMetrics:
+    """Derive run and failure metrics of ``run_dir``.
 
-
-def compute(run_dir: str | Path, spec_steps: int, world_size: int) -> RunMetrics:
-    """Derive run and failure metrics from ``run_dir/events``."""
-    evs = read_events(Path(run_dir) / "events")
-    key = "t_mono" if len({e["host"] for e in evs}) <= 1 else "t_wall"
-    by_attempt: dict[int, list[dict]] = defaultdict(list)
-    for e in evs:
-        by_attempt[e["attempt"]].append(e)
-    attempts = sorted(by_attempt)
+    The spans (detect, save, restart, restore, replay, recovery, checkpoint
+    saves, staging, probes) come from the phases table
+    (:mod:`jitbench.phases`: ``phase_table``, else ``run_dir/phases.parquet``,
+    else derived from the events); counts and steps from the events
+    (``events``, else read from ``run_dir/events``).
+    """
+    evs = events if events is not None else phases.read_events(run_dir)
+    ph = phase_table if phase_table is not None else (
+        phases.derive(evs, world_size) if events is not None
+        else phases.load(run_dir, world_size))
+    rows = ph.to_dict("records")
+    attempts = sorted({e["attempt"] for e in evs})
 
     step_end = [e for e in evs if e["event"] == "step" and e["phase"] == "end"]
     durs = [e["dur_s"] for e in step_end if "dur_s" in e]
@@ -150,81 +156,69 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int) -> RunMetrics
                         and isinstance(e.get("step"), int)], default=0)
     completed = (len({e["rank"] for e in done if e["step"] == spec_steps}) == world_size)
 
-    failures: list[FailureMetrics] = []
+    episodes: dict[int, dict[str, dict]] = defaultdict(dict)
+    for r in rows:
+        if r["scope"] == "failure":
+            episodes[int(r["failure"])][r["phase"]] = r
     failing = [e for e in evs if e["event"] == "fault" and e.get("fails_job", True)]
-    for fault in failing:
-        a = fault["attempt"]
-        if failures and failures[-1].attempt == a:
-            continue  # a second fault in the same attempt is part of the same episode
-        cur = by_attempt[a]
-        nxt = by_attempt.get(a + 1, [])
-        tf = _t(fault, key)
-        fm = FailureMetrics(fault["kind"], fault["rank"], fault["step"], a)
+    failures: list[FailureMetrics] = []
+    for i in sorted(episodes):
+        ep = episodes[i]
+        f0 = ep["fault"]
+        a = int(f0["attempt"])
+        cur = [e for e in evs if e["attempt"] == a]
+        nxt = [e for e in evs if e["attempt"] == a + 1]
+        fm = FailureMetrics(f0["kind"], _int(f0["rank"]), _int(f0["step"]), a)
         fm.fault_ranks = sorted({e["rank"] for e in failing if e["attempt"] == a})
-        fails = [e for e in cur if e["event"] == "failure" and _t(e, key) >= tf]
-        fails = [e for e in fails if e["rank"] not in fm.fault_ranks] or fails
-        if fails:
-            first = min(fails, key=lambda e: _t(e, key))
-            fm.detect_s, fm.trigger = _t(first, key) - tf, first["trigger"]
-        saves = _pairs(cur, "save", key, lambda e: e.get("kind") == "jit")
-        if saves:
-            fm.save_s = max(saves)
-        else:
-            per = _pairs([e for e in cur if _t(e, key) <= tf], "save", key,
-                         lambda e: e.get("kind") in ("periodic", "async"))
-            fm.save_s = per[-1] if per else 0.0
+        if "detect" in ep:
+            fm.detect_s, fm.trigger = _val(ep["detect"]["dur_s"]), _val(ep["detect"]["trigger"])
+        fm.save_s = _val(ep["save"]["dur_s"])
         commits = [(e["step"], e.get("part")) for e in evs if e["attempt"] <= a
                    and e["event"] == "save" and e["phase"] == "end" and e.get("ok", True)]
-        done_steps = [e["step"] for e in cur if e["event"] == "step" and e["phase"] == "end"]
-        fm.completed_before = max(done_steps, default=0)
-        rend_next = [e for e in nxt if e["event"] == "restore" and e["phase"] == "end"]
-        invalid = {name for r in rend_next for name, _ in r.get("skipped", [])}
+        fm.completed_before = max((e["step"] for e in cur if e["event"] == "step"
+                                   and e["phase"] == "end"), default=0)
+        rend = [e for e in nxt if e["event"] == "restore" and e["phase"] == "end"]
+        invalid = {name for r in rend for name, _ in r.get("skipped", [])}
         fm.last_commit_step = max((st for st, part in commits if part not in invalid),
                                   default=None)
         fm.expected_replayed_steps = max(0, fm.completed_before - (fm.last_commit_step or 0))
-        begins = [e for e in cur if e["event"] == "step" and e["phase"] == "begin"
-                  and e["rank"] == fault["rank"] and e["step"] == fault["step"]]
+        begins = [r for r in rows if r["scope"] == "rank" and r["phase"] == "step"
+                  and r["attempt"] == a and r["rank"] == f0["rank"]
+                  and r["step"] == f0["step"] and _val(r["t0"]) is not None]
         if begins:
-            fm.lost_partial_s = max(0.0, tf - _t(begins[-1], key))
-        if nxt:
-            old_gone = max(_t(e, key) for e in cur)
-            inits = [e for e in nxt if e["event"] == "init" and e["phase"] == "end"]
-            if len({e["rank"] for e in inits}) == world_size:
-                fm.restart_s = max(_t(e, key) for e in inits) - old_gone
-            rest = _pairs(nxt, "restore", key)
-            if rest:
-                fm.restore_s = max(rest)
-            rend = [e for e in nxt if e["event"] == "restore" and e["phase"] == "end"]
-            if rend:
-                fm.restored_step = rend[0]["step"]
-                fm.restored_kind = rend[0].get("kind")
-                fm.skipped_parts = rend[0].get("skipped", [])
-                fm.replayed_steps = max(0, fm.completed_before - fm.restored_step)
-                fm.replayed_gpu_steps = fm.replayed_steps * world_size
-                t_rest = max(_t(e, key) for e in rend)
-                ends = defaultdict(list)
-                for e in nxt:
-                    if e["event"] == "step" and e["phase"] == "end":
-                        ends[e["step"]].append(_t(e, key))
-                if fm.replayed_steps == 0:
-                    fm.replay_s = 0.0
-                elif fm.completed_before in ends:
-                    fm.replay_s = max(ends[fm.completed_before]) - t_rest
-                new = [s for s in ends if s > fm.completed_before
-                       and len(ends[s]) == world_size]
-                if new:
-                    fm.recovery_s = max(ends[min(new)]) - tf
-                    if step_s is not None:
-                        fm.wasted_gpu_s = world_size * max(
-                            0.0, fm.recovery_s + (fm.lost_partial_s or 0.0) - step_s)
+            fm.lost_partial_s = max(0.0, f0["t0"] - max(r["t0"] for r in begins))
+        restart = ep.get("restart")
+        if restart is not None and restart["ok"]:
+            fm.restart_s = _val(restart["dur_s"])
+        if "restore" in ep:
+            fm.restore_s = _val(ep["restore"]["dur_s"])
+            fm.restored_step = _int(ep["restore"]["step"])
+            fm.restored_kind = _val(ep["restore"]["kind"])
+            fm.skipped_parts = rend[0].get("skipped", [])
+            fm.replayed_steps = max(0, fm.completed_before - fm.restored_step)
+            fm.replayed_gpu_steps = fm.replayed_steps * world_size
+            if "replay" in ep:
+                fm.replay_s = _val(ep["replay"]["dur_s"])
+            if "recovery" in ep:
+                fm.recovery_s = _val(ep["recovery"]["dur_s"])
+                if step_s is not None:
+                    fm.wasted_gpu_s = world_size * max(
+                        0.0, fm.recovery_s + (fm.lost_partial_s or 0.0) - step_s)
         failures.append(fm)
 
-    periodic = _pairs(evs, "save", key, lambda e: e.get("kind") in ("periodic", "async"))
-    sync = _pairs(evs, "save", key, lambda e: e.get("kind") == "periodic")
-    stall = (sum(sync) + sum(_pairs(evs, "stage", key)) + sum(_pairs(evs, "probe", key))
-             ) * world_size
+    def spans(phase: str, kinds: tuple = ()) -> list[float]:
+        """Durations of the successful ``rank`` spans of ``phase``, in start order."""
+        got = [(r["t0"], r["dur_s"]) for r in rows if r["scope"] == "rank"
+               and r["phase"] == phase and r["ok"] and _val(r["t0"]) is not None
+               and (not kinds or r["kind"] in kinds)]
+        return [d for _, d in sorted(got)]
+
+    periodic = spans("save", ("periodic", "async"))
+    sync = spans("save", ("periodic",))
+    stall = (sum(sync) + sum(spans("stage")) + sum(spans("probe"))) * world_size
+    key = phases.clock(evs) if evs else "t_mono"
     firsts = [e for e in evs if e["event"] == "step" and e["phase"] == "begin"]
-    train_wall = (max(_t(e, key) for e in step_end) - min(_t(e, key) for e in firsts)
+    train_wall = (max(e[key] for e in step_end) - min(e[key] for e in firsts)
                   if step_end and firsts else None)
     goodput = (spec_steps * step_s / train_wall if completed and step_s and train_wall
                else None)
@@ -232,7 +226,7 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int) -> RunMetrics
     # measured waste: the run's total is unknown, not zero
     wasted = (None if any(f.wasted_gpu_s is None for f in failures)
               else sum(f.wasted_gpu_s for f in failures) + stall)
-    rank0 = sorted((e for e in step_end if e["rank"] == 0), key=lambda e: _t(e, key))
+    rank0 = sorted((e for e in step_end if e["rank"] == 0), key=lambda e: e[key])
     autos = [e for e in evs if e["event"] == "auto_interval" and e["rank"] == 0]
     auto = ({k: autos[0].get(k) for k in ("interval", "cost_s", "step_s", "mtbf_s",
                                           "young_interval_s", "step")} if autos else None)
@@ -248,6 +242,16 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int) -> RunMetrics
         loss_first=rank0[0].get("loss") if rank0 else None,
         loss_last=rank0[-1].get("loss") if rank0 else None, failures=failures,
         auto_interval=auto, slow_windows=windows, normal_step_s=normal)
+
+
+def _val(v):
+    """A phases-table cell as a Python value (NaN -> None)."""
+    return phases.value(v)
+
+
+def _int(v) -> int | None:
+    v = phases.value(v)
+    return None if v is None else int(v)
 
 
 def _slow_windows(evs: list[dict], step_end: list[dict]) -> tuple[list[dict], float | None]:
@@ -269,22 +273,6 @@ def _slow_windows(evs: list[dict], step_end: list[dict]) -> tuple[list[dict], fl
     rest = [e["dur_s"] for e in step_end if (e["attempt"], e["step"]) not in inside
             and "dur_s" in e]
     return out, statistics.median(rest) if rest else None
-
-
-def _pairs(evs: list[dict], name: str, key: str, pred=lambda e: True) -> list[float]:
-    """Durations of begin/end pairs of event ``name`` per (attempt, rank), in time order."""
-    open_: dict = {}
-    out: list[tuple[float, float]] = []
-    for e in evs:
-        if e["event"] != name or not pred(e):
-            continue
-        k = (e["attempt"], e["rank"])
-        if e["phase"] == "begin":
-            open_[k] = _t(e, key)
-        elif e["phase"] == "end" and k in open_ and e.get("ok", True):
-            t0 = open_.pop(k)
-            out.append((t0, _t(e, key) - t0))
-    return [d for _, d in sorted(out)]
 
 
 def sample_streams(run_dir: str | Path,

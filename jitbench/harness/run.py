@@ -12,6 +12,7 @@ Run directory layout::
       reference/         the same spec without faults (same layout)
       summary.json       the summary (also printed with --json)
       records.csv/.parquet   one row per run; failures.csv: one row per failure
+      phases.parquet/.csv    the spans derived from the events (jitbench.phases)
 """
 
 from __future__ import annotations
@@ -30,19 +31,14 @@ import pandas as pd
 import torch
 
 import jitbench
+from jitbench import phases
+from jitbench.errors import RunDirError
 from jitbench.harness import metrics
 from jitbench.harness.launch import LaunchResult, held_signals, launch
 from jitbench.harness.spec import RunSpec, SpecError
+from jitbench.records import SUMMARY_VERSION
 from jitbench.runtime import checkpoint as ckpt
 from jitbench.runtime.events import read_events
-
-SUMMARY_VERSION = 1
-SUMMARY_KEYS = ("detect_s", "save_s", "restart_s", "restore_s", "replayed_steps", "recovery_s",
-                "state_equal")
-
-
-class RunDirError(SpecError):
-    """The run directory exists and is not empty (never overwritten silently)."""
 
 
 @dataclass
@@ -158,8 +154,15 @@ def execute(spec: RunSpec, run_dir: Path, progress: Callable[[dict], None] | Non
 
 def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
               ref: LaunchResult | None, ref_dir: Path | None = None) -> dict:
-    """Metrics, correctness oracles and provenance of a finished run (JSON-able)."""
-    m = metrics.compute(run_dir, spec.steps, spec.world_size)
+    """Metrics, correctness oracles and provenance of a finished run (JSON-able).
+
+    Reads the run's events once, derives its phases (:mod:`jitbench.phases`)
+    and writes them as ``run_dir/phases.parquet`` (and the reference's beside
+    its records), then computes the metrics from them."""
+    evs = phases.read_events(run_dir)
+    table = phases.derive(evs, spec.world_size)
+    phases.write(run_dir, table)
+    m = metrics.compute(run_dir, spec.steps, spec.world_size, events=evs, phase_table=table)
     summary: dict = {"summary_version": SUMMARY_VERSION, "run_dir": str(run_dir),
                      "workload": spec.workload.name, "size": spec.workload.size,
                      "strategy": spec.strategy, "world_size": spec.world_size,
@@ -193,7 +196,7 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
         vals = [w["step_s"] for w in m.slow_windows if w["step_s"] is not None]
         summary["slow_window_step_s"] = max(vals) if vals else None
         summary["normal_step_s"] = m.normal_step_s
-    summary["fired"] = fired_faults(run_dir)
+    summary["fired"] = fired_faults(run_dir, evs)
     fired_ids = {f["id"] for f in summary["fired"]}
     # a planned fault that never fired (a time past the run's end): nothing measured for it
     summary["unfired"] = [f.id for f in spec.faults if f.id not in fired_ids]
@@ -208,11 +211,16 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
                                           ref_dir / "final" / "state.pt")
         summary["state_equal"], summary["max_abs_diff"] = eq, diff
         summary["sample_stream_equal"] = metrics.sample_stream_equal(run_dir, ref_dir)
-        rm = metrics.compute(ref_dir, spec.steps, spec.world_size)
+        ref_evs = phases.read_events(ref_dir)
+        ref_table = phases.derive(ref_evs, spec.world_size)
+        if not (ref_dir / phases.PHASES_FILE).exists():
+            phases.write(ref_dir, ref_table)
+        rm = metrics.compute(ref_dir, spec.steps, spec.world_size, events=ref_evs,
+                             phase_table=ref_table)
         summary["reference_step_s"] = rm.step_s
         summary["reference_wall_s"] = ref.wall_s
         summary["reference_dir"] = str(ref_dir)
-    summary.update(worker_error(run_dir))
+    summary.update(worker_error(run_dir, evs))
     summary["failures"] = [asdict(f) for f in fails]
     summary["code_version"] = code_version()
     summary["machine"] = machine_fingerprint()
@@ -224,11 +232,12 @@ WORKER_ERRORS = {77: "checkpoint", 78: "input"}
 """Worker exit statuses that mean bad input rather than a failed job (see worker.py)."""
 
 
-def worker_error(run_dir: Path) -> dict:
+def worker_error(run_dir: Path, events: list[dict] | None = None) -> dict:
     """``error``/``error_kind`` of the last attempt's first worker ``error`` event
     (``checkpoint``: another job's checkpoint directory; ``input``: unusable data
-    or options), or Nones."""
-    errs = [e for e in read_events(run_dir / "events") if e["event"] == "error"
+    or options), or Nones (from ``events`` when the caller has read them)."""
+    evs = events if events is not None else read_events(run_dir / "events")
+    errs = [e for e in evs if e["event"] == "error"
             and e.get("code") in WORKER_ERRORS]
     if not errs:
         return {"error": None, "error_kind": None}
@@ -274,12 +283,13 @@ def record_row(summary: dict) -> dict:
     return row
 
 
-def fired_faults(run_dir: Path) -> list[dict]:
-    """Every fault that fired, in time order: ``{id, kind, rank, step, attempt, point}``."""
-
+def fired_faults(run_dir: Path, events: list[dict] | None = None) -> list[dict]:
+    """Every fault that fired, in time order: ``{id, kind, rank, step, attempt, point}``
+    (from ``events`` when the caller has read them)."""
+    evs = events if events is not None else read_events(run_dir / "events")
     return [{"id": e.get("fault_id"), "kind": e["kind"], "rank": e["rank"], "step": e["step"],
              "attempt": e["attempt"], "point": e.get("point")}
-            for e in read_events(run_dir / "events") if e["event"] == "fault"]
+            for e in evs if e["event"] == "fault"]
 
 
 def end_reason(spec: RunSpec, m: metrics.RunMetrics, res: LaunchResult) -> str:

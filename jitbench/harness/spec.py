@@ -13,16 +13,16 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from jitbench.faults import FAULTS, FaultSpec
+from jitbench import hang
+from jitbench.errors import ScheduleError, SpecError
+from jitbench.faults import FaultSpec
+from jitbench.faults.schedule import check_plan
+from jitbench.runtime import strategies
 from jitbench.runtime.jit import RuntimeConfig
 from jitbench.workloads import WORKLOADS, WorkloadConfig
 
 SPEC_VERSION = 1
 BACKENDS = ("gloo", "nccl")
-
-
-class SpecError(ValueError):
-    """The spec is invalid; the message is one line for the user."""
 
 
 def check_nccl(nproc: int) -> None:
@@ -47,41 +47,20 @@ def check_nccl(nproc: int) -> None:
                         f"{nproc} devices on this node, it has {n}")
 
 
-@dataclass(frozen=True)
-class Strategy:
-    """A checkpointing strategy parsed from its CLI form."""
-
-    name: str
-    """``jit``, ``periodic``, ``periodic-async`` or ``none``."""
-    interval: int = 0
-    """Steps between periodic checkpoints (0 with ``auto``: chosen at run time)."""
-    auto: bool = False
-    """``periodic:auto``: the interval is the Young/Daly optimum for the spec's
-    ``mtbf_s`` and the checkpoint cost measured at run time
-    (:mod:`jitbench.runtime.interval`)."""
+class Strategy(strategies.Choice):
+    """A checkpointing strategy parsed from its CLI form: the registry's
+    :class:`~jitbench.runtime.strategies.Choice` (``name``, ``interval``, ``auto``)."""
 
     @classmethod
     def parse(cls, text: str) -> Strategy:
-        """Parse ``jit``, ``none``, ``periodic:N``, ``periodic-async:N`` or ``periodic:auto``.
+        """Parse ``jit``, ``none``, ``periodic:N``, ``periodic-async:N``, ``periodic:auto``
+        (every form of :func:`jitbench.runtime.strategies.usage`).
 
         Raises:
             SpecError: anything else.
         """
-        t = text.strip().lower()
-        if t in ("jit", "none"):
-            return cls(t)
-        if t == "periodic:auto":
-            return cls("periodic", 0, auto=True)
-        m = re.fullmatch(r"(periodic|periodic-async):(\d+)", t)
-        if m and int(m[2]) >= 1:
-            return cls(m[1], int(m[2]))
-        raise SpecError(f"unknown strategy {text!r}; use jit, none, periodic:N, "
-                        "periodic-async:N (N >= 1) or periodic:auto")
-
-    def __str__(self) -> str:
-        if self.auto:
-            return "periodic:auto"
-        return f"{self.name}:{self.interval}" if self.interval else self.name
+        c = strategies.parse(text)
+        return cls(c.name, c.interval, c.auto)
 
 
 @dataclass
@@ -90,7 +69,8 @@ class RunSpec:
 
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     strategy: str = "jit"
-    """``jit``, ``none``, ``periodic:N``, ``periodic-async:N`` or ``periodic:auto``."""
+    """A registered strategy (:mod:`jitbench.runtime.strategies`): ``jit``, ``none``,
+    ``periodic:N``, ``periodic-async:N`` or ``periodic:auto``."""
     faults: list[FaultSpec] = field(default_factory=list)
     nproc: int = 2
     """Ranks per node."""
@@ -107,9 +87,12 @@ class RunSpec:
     """Elastic agent's restart budget (restarts of the whole worker group)."""
     deterministic_reduce: bool = True
     """Average gradients with the rank-ordered all-gather hook (bitwise across restarts)."""
-    hang_floor_s: float = 2.0
-    hang_factor: float = 10.0
-    hang_first_s: float = 30.0
+    hang_floor_s: float = hang.FLOOR_S
+    """Hang bound floor (s; :class:`jitbench.hang.HangSettings`)."""
+    hang_factor: float = hang.FACTOR
+    """Hang bound = max(floor, factor x median step time)."""
+    hang_first_s: float = hang.FIRST_S
+    """Hang bound before any step time is known (s)."""
     pg_timeout_s: float = 300.0
     """Process-group timeout (s); generous: it also bounds connection set-up."""
     threads_per_rank: int = 1
@@ -195,32 +178,11 @@ class RunSpec:
                                 f"got {value}")
         if self.max_restarts < 0:
             raise SpecError(f"--max-restarts must be >= 0, got {self.max_restarts}")
-        if self.faults and self.workload.steps < 2:
-            raise SpecError(f"a fault needs a run of at least 2 steps (it fires inside a step "
-                            f"before the last), got --steps {self.workload.steps}")
-        for f in self.faults:
-            if f.kind not in FAULTS:
-                raise SpecError(f"unknown fault {f.kind!r}; one of {', '.join(sorted(FAULTS))}")
-            if not 0 <= f.rank < self.world_size:
-                raise SpecError(f"fault rank {f.rank} is outside the world of {self.world_size} "
-                                f"ranks (0..{self.world_size - 1})")
-            if not 1 <= f.step < self.workload.steps:
-                raise SpecError(f"fault step {f.step} must be in 1..{self.workload.steps - 1} "
-                                f"(the run has {self.workload.steps} steps)")
-            at = f.params.get("at")
-            cls = FAULTS[f.kind]
-            if at is not None and cls.movable and not cls.point_ok(str(at),
-                                                                   self.workload.grad_accum):
-                more = "".join(f", {p}" for p in cls.extra_points)
-                raise SpecError(f"fault {f.id}: injection point {at!r} is not step, collective"
-                                f"{more} or micro:M with M in 0..{self.workload.grad_accum - 1}")
-            self._validate_fault(f)
-        if self.faults and self.world_size < 2:
-            raise SpecError("a fault needs at least 2 ranks (a survivor to save)")
-        ids = [f.id for f in self.faults]
-        dup = next((i for i in ids if ids.count(i) > 1), None)
-        if dup is not None:
-            raise SpecError(f"two faults have the id {dup!r}; give one an id or another step")
+        try:
+            check_plan(self.faults, self.world_size, self.workload.steps,
+                       self.workload.grad_accum, run=self)
+        except ScheduleError as exc:  # one error type for the spec's callers
+            raise SpecError(str(exc)) from None
         if self.workload.name == "gpt":
             from jitbench.workloads.gpt import check_extra
 
@@ -228,19 +190,6 @@ class RunSpec:
                 check_extra(self.workload.extra)
             except ValueError as exc:
                 raise SpecError(str(exc)) from exc
-
-    def _validate_fault(self, f: FaultSpec) -> None:
-        """Parameters, trigger and fit to this run of one fault (see jitbench.faults)."""
-        cls = FAULTS[f.kind]
-        try:
-            cls.resolve(f.params)
-        except ValueError as exc:
-            raise SpecError(f"fault {f.id}: {exc}") from None
-        if f.time_s is not None and not f.time_s >= 0:
-            raise SpecError(f"fault {f.id}: time_s must be >= 0, got {f.time_s}")
-        why = cls.check_run(f, self)
-        if why:
-            raise SpecError(f"fault {f.id}: {why}")
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)

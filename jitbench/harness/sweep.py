@@ -21,7 +21,8 @@ A row holds the run's summary (:func:`jitbench.harness.run.record_row`:
 ``code_version``) plus the sweep's own columns: ``fault`` (the fault kind),
 ``repeat``, ``spec_hash`` (SHA-256 prefix of the run's spec: rows with the same
 hash are repeats of one configuration), ``spec_json`` (the spec itself, which
-the gate compares field by field), ``run_wall_s`` and ``results_version``.
+the gate compares field by field), ``run_wall_s`` and ``results_version``. The columns and their units are
+:data:`jitbench.records.SCHEMA`; :func:`jitbench.records.load_results` reads the table.
 """
 
 from __future__ import annotations
@@ -34,15 +35,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from jitbench import hang
+from jitbench.errors import InputError
 from jitbench.faults import FAULTS, FaultSpec
 from jitbench.harness.spec import RunSpec, SpecError, Strategy
+from jitbench.records import RESULTS_VERSION
 from jitbench.workloads import WORKLOADS, WorkloadConfig
-
-RESULT_KEY_COLUMNS = ("workload", "strategy", "fault", "state_equal")
-"""Columns every results table has (:func:`load_results` refuses a table without them)."""
-
-RESULTS_VERSION = 1
-"""Schema version of the results table (the gate refuses to compare across versions)."""
 
 
 @dataclass
@@ -83,8 +81,10 @@ class SweepConfig:
     validation (``jitbench validate``) runs on such sweeps."""
     fault_count: int | None = None
     """With ``fault_mtbf_steps``: at most this many faults per run."""
-    hang_floor_s: float = 2.0
-    hang_first_s: float = 30.0
+    hang_floor_s: float = hang.FLOOR_S
+    """Hang bound floor of every run (s; :mod:`jitbench.hang`)."""
+    hang_first_s: float = hang.FIRST_S
+    """Hang bound before any step time is known (s)."""
     timeout_s: float = 600.0
     """Per launch."""
 
@@ -241,30 +241,19 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
 
 
 def load_results(path: Path):
-    """A results table from a sweep directory, a ``.parquet`` or a ``.csv`` file.
+    """:func:`jitbench.records.load_results` (the one loader), its
+    :class:`~jitbench.errors.InputError` raised as :class:`SpecError`: the
+    ``gate`` command calls this, and the CLI's ``main`` catches ``SpecError``
+    until it catches every :class:`~jitbench.errors.JitbenchError`.
 
     Raises:
-        SpecError: missing or unreadable.
+        SpecError: missing, unreadable or not a results table (one line).
     """
-    import pandas as pd
+    from jitbench import records
 
-    p = Path(path)
-    if p.is_dir():
-        for name in ("results.parquet", "results.csv"):
-            if (p / name).exists():
-                p = p / name
-                break
-        else:
-            raise SpecError(f"{path}: no results.parquet or results.csv (not a sweep directory)")
-    if not p.exists():
-        raise SpecError(f"{path} does not exist")
     try:
-        t = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
-    except Exception as exc:  # noqa: BLE001 - any parse error is bad input
-        first = (str(exc).strip().splitlines() or [""])[0]
-        raise SpecError(f"{path}: not a results table ({type(exc).__name__}: {first})") from None
-    missing = [c for c in RESULT_KEY_COLUMNS if c not in t.columns]
-    if missing or t.empty:
-        raise SpecError(f"{path}: not a jitbench results table ("
-                        + (f"no column {', '.join(missing)}" if missing else "no rows") + ")")
-    return t
+        return records.load_results(path)
+    except SpecError:
+        raise
+    except InputError as exc:
+        raise SpecError(str(exc)) from None

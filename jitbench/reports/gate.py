@@ -50,6 +50,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from jitbench.errors import IncomparableError
+
 TIMINGS = ("detect_s", "save_s", "restart_s", "restore_s", "recovery_s", "wasted_gpu_s",
            "step_s")
 """Timing metrics compared (lower is better)."""
@@ -62,8 +64,8 @@ STRICT_MACHINE_KEYS = ("machine_host", "machine_cpus")
 INFO_MACHINE_KEYS = ("machine_host", "machine_cpus", "machine_platform", "machine_python")
 
 
-class Incomparable(ValueError):
-    """The results cannot be compared with the baseline (the message says why)."""
+Incomparable = IncomparableError
+"""The old name of :class:`jitbench.errors.IncomparableError` (exit status 6)."""
 
 
 @dataclass

@@ -47,17 +47,22 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
+# Young's and Daly's intervals have one implementation, the runtime's (periodic:auto
+# uses it); the model re-exports them for its callers.
+from jitbench.runtime.interval import daly_interval_s, young_interval_s  # noqa: F401
+
 SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_DAY = 86400.0
 
-STRATEGIES: tuple[str, ...] = ("jit", "jit-transparent", "periodic", "periodic-async")
-"""Strategies the model and the simulator know, in table order."""
+MODEL_STRATEGIES: tuple[str, ...] = ("jit", "jit-transparent", "periodic", "periodic-async")
+"""Strategies the analytic model and the simulator know, in table order. Not the
+runtime's strategies (:mod:`jitbench.runtime.strategies`): ``jit-transparent`` is
+modelled only, ``none`` is not modelled."""
 
 Scope = Literal["gpu", "host", "state"]
 """Blast radius of a failure cause: one rank's GPU (``gpu``), every GPU of the
@@ -252,25 +257,6 @@ def young_daly_checkpoints_per_s(
     if checkpoint_s <= 0:
         return math.inf
     return math.sqrt(n_gpus * failure_rate_per_gpu_s / (2.0 * checkpoint_s))
-
-
-def young_interval_s(checkpoint_s: float, mtbf_s: float) -> float:
-    """Young's first-order optimum interval ``sqrt(2 o M)``, seconds (Young 1974)."""
-    return math.sqrt(2.0 * checkpoint_s * mtbf_s)
-
-
-def daly_interval_s(checkpoint_s: float, mtbf_s: float) -> float:
-    """Daly's higher-order optimum compute interval between checkpoints, seconds.
-
-    ``sqrt(2 o M) [1 + (1/3) sqrt(o/(2M)) + (1/9) (o/(2M))] - o`` for ``o < 2M``,
-    else ``M`` (Daly 2006, "A higher order estimate of the optimum checkpoint
-    interval for restart dumps", FGCS 22(3)). For reference: the table uses the
-    first-order ``c*`` that minimises the first-order ``W``.
-    """
-    if checkpoint_s >= 2.0 * mtbf_s:
-        return mtbf_s
-    x = checkpoint_s / (2.0 * mtbf_s)
-    return math.sqrt(2.0 * checkpoint_s * mtbf_s) * (1 + math.sqrt(x) / 3 + x / 9) - checkpoint_s
 
 
 def periodic_async_wasted_gpu_s(
@@ -553,13 +539,7 @@ def estimate(strategy: str, n_gpus: int, params: ModelParams) -> StrategyEstimat
         p_fb = p_b + (1 - p_b) * p_s
         return _finish(strategy, n_gpus, params, steady, per_failure,
                        period if math.isfinite(period) else None, p_fb)
-    raise ValueError(f"unknown strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
-
-
-def estimate_all(n_gpus: int, params: ModelParams,
-                 strategies: Sequence[str] = STRATEGIES) -> list[StrategyEstimate]:
-    """:func:`estimate` for each strategy, in ``strategies`` order."""
-    return [estimate(s, n_gpus, params) for s in strategies]
+    raise ValueError(f"unknown strategy {strategy!r} (known: {', '.join(MODEL_STRATEGIES)})")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """matplotlib figures of a sweep, its runs and an overhead measurement.
 
 Every figure is built from records (the results table, ``overhead.csv``) or
-from a run's JSONL events, never from typed-in numbers. Colours are fixed per
+from a run's phases table (:mod:`jitbench.phases`, derived once from its
+events), never from typed-in numbers. Colours are fixed per
 strategy family (:func:`strategy_color`) and per recovery phase
 (:data:`PHASE_COLORS`) so every figure reads the same way. Each function
 returns a :class:`matplotlib.figure.Figure` (Agg backend; no display needed).
@@ -18,8 +19,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
-
-from jitbench.runtime.events import read_events  # noqa: E402
 
 STRATEGY_COLORS = {"jit": "#1b9e77", "periodic": "#d95f02", "periodic-async": "#7570b3",
                    "periodic-auto": "#e7298a", "none": "#6b6b6b"}
@@ -62,53 +61,48 @@ def strategy_order(strategies) -> list[str]:
 
 # ----------------------------------------------------------------- timeline
 def timeline_data(run_dir: str | Path) -> dict:
-    """What a run's timeline shows, from its events (times in s since the first event).
+    """What a run's timeline shows, from its phases table (:func:`jitbench.phases.load`;
+    times in s since the run's first event).
 
     Returns ``{"ranks": {rank: [(t, step), ...]}, "faults": [t], "detect": [t],
     "saves": [(t0, t1, kind)], "restarts": [(t0, t1)], "restores": [(t0, t1)],
-    "attempts": n}``. ``restarts`` spans the last event of a failed attempt to
-    the moment every rank of the next attempt finished ``init``.
+    "attempts": n}``: step ends per rank, every injected fault, each failure's
+    detection, every save, each failure's restart (last event of the failed
+    attempt -> the last rank of the next attempt initialised) and each
+    restarted attempt's restores (first begin -> last end).
     """
-    evs = read_events(Path(run_dir) / "events")
-    if not evs:
+    from jitbench import phases
+
+    t = phases.load(run_dir)
+    if t.empty:
         return {"ranks": {}, "faults": [], "detect": [], "saves": [], "restarts": [],
                 "restores": [], "attempts": 0}
-    key = "t_mono" if len({e["host"] for e in evs}) <= 1 else "t_wall"
-    t0 = min(e[key] for e in evs)
+    rows = t.to_dict("records")
+    start = min(r["t0"] for r in rows if r["phase"] == "attempt")
+
+    def has(v) -> bool:
+        return v is not None and v == v
+
+    def pick(scope: str, phase: str) -> list[dict]:
+        return [r for r in rows if r["scope"] == scope and r["phase"] == phase]
+
     ranks: dict[int, list] = defaultdict(list)
-    by_attempt: dict[int, list] = defaultdict(list)
-    for e in evs:
-        by_attempt[e["attempt"]].append(e)
-        if e["event"] == "step" and e["phase"] == "end":
-            ranks[e["rank"]].append((e[key] - t0, e["step"]))
-    faults = [e[key] - t0 for e in evs if e["event"] == "fault"]
-    detect = []
-    for es in by_attempt.values():
-        f = [e[key] - t0 for e in es if e["event"] == "failure"]
-        if f:
-            detect.append(min(f))
-    saves, open_ = [], {}
-    for e in evs:
-        if e["event"] != "save":
-            continue
-        k = (e["attempt"], e["rank"], e.get("kind"), e.get("step"))
-        if e["phase"] == "begin":
-            open_[k] = e[key] - t0
-        elif e["phase"] == "end" and k in open_:
-            saves.append((open_.pop(k), e[key] - t0, e.get("kind")))
-    restarts, restores = [], []
-    attempts = sorted(by_attempt)
-    for a in attempts[1:]:
-        prev = by_attempt.get(a - 1, [])
-        inits = [e[key] - t0 for e in by_attempt[a] if e["event"] == "init" and e["phase"] == "end"]
-        if prev and inits:
-            restarts.append((max(e[key] for e in prev) - t0, max(inits)))
-        rb = [e[key] - t0 for e in by_attempt[a] if e["event"] == "restore" and e["phase"] == "begin"]
-        re_ = [e[key] - t0 for e in by_attempt[a] if e["event"] == "restore" and e["phase"] == "end"]
-        if rb and re_:
-            restores.append((min(rb), max(re_)))
-    return {"ranks": dict(ranks), "faults": faults, "detect": detect, "saves": saves,
-            "restarts": restarts, "restores": restores, "attempts": len(attempts)}
+    for r in pick("rank", "step"):
+        if has(r["t1"]):
+            ranks[int(r["rank"])].append((r["t1"] - start, int(r["step"])))
+    restores: dict[int, list] = defaultdict(list)
+    for r in pick("rank", "restore"):
+        if has(r["t0"]) and r["attempt"] > 0:  # restarts' restores (not a first start's)
+            restores[int(r["attempt"])].append(r)
+    return {"ranks": dict(ranks),
+            "faults": [r["t0"] - start for r in pick("rank", "fault")],
+            "detect": [r["t1"] - start for r in pick("failure", "detect")],
+            "saves": [(r["t0"] - start, r["t1"] - start, r["kind"]) for r in pick("rank", "save")
+                      if has(r["t0"])],
+            "restarts": [(r["t0"] - start, r["t1"] - start) for r in pick("failure", "restart")],
+            "restores": [(min(r["t0"] for r in rs) - start, max(r["t1"] for r in rs) - start)
+                         for _, rs in sorted(restores.items())],
+            "attempts": len(pick("run", "attempt"))}
 
 
 MARK_COLORS = {"fault": "#d62828", "detect": "#f77f00", "save": "#1b9e77",

@@ -7,7 +7,7 @@ runs, and wasted work at scale from the measured costs.
   campaigns come from ``jitbench sweep --fault-mtbf-steps``).
 - :func:`at_scale` extrapolates: the step, save, restore, restart, detection
   and checkpoint costs are the medians measured in the results
-  (:func:`jitbench.reports.modelcmd.params_from_table`), the failure rate is
+  (:func:`jitbench.reports.projection.params_from_table`), the failure rate is
   the Llama 3 report's per-GPU MTBF
   (:data:`jitbench.reports.model.LLAMA3_MTBF_HOURS_PER_GPU`) unless given;
   the analytic model and the simulator then give wasted GPU-hours per day and
@@ -20,6 +20,8 @@ import io
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from jitbench.errors import InputError
 
 SCALE_GPUS: tuple[int, ...] = (8, 64, 512, 4096, 16384, 100_000)
 """World sizes of the simulated points in the report (the analytic curves are continuous)."""
@@ -53,7 +55,7 @@ class ScaleResult:
     png: bytes
     """Wasted GPU-hours/day and goodput vs world size (analytic lines, simulated points)."""
     rows: list[dict[str, Any]]
-    """:func:`jitbench.reports.modelcmd.build_rows` rows (one per world size x strategy)."""
+    """:func:`jitbench.reports.projection.build_rows` rows (one per world size x strategy)."""
     crossovers: list[dict[str, Any]]
     """Analytic crossovers (``a``, ``b``, ``n_gpus``, ``below``, ``above``)."""
     params: dict[str, float]
@@ -68,7 +70,7 @@ def at_scale(table, mtbf_hours_per_gpu: float | None = None,
 
     Args:
         table: results or records (pandas DataFrame) with any of the columns
-            of :data:`jitbench.reports.modelcmd.RESULT_COLUMNS`.
+            of :data:`jitbench.reports.projection.RESULT_COLUMNS`.
         mtbf_hours_per_gpu: per-GPU MTBF (h); default the Llama 3 figure.
 
     Returns:
@@ -77,11 +79,11 @@ def at_scale(table, mtbf_hours_per_gpu: float | None = None,
         defaults and are listed as such.
     """
     from jitbench.reports import model as m
-    from jitbench.reports import modelcmd
+    from jitbench.reports import projection
 
     try:
-        overrides = modelcmd.params_from_table(table)
-    except modelcmd.InputError:
+        overrides = projection.params_from_table(table)
+    except InputError:
         return None
     if not {"restart_s", "detect_s"} <= set(overrides):
         return None
@@ -91,10 +93,10 @@ def at_scale(table, mtbf_hours_per_gpu: float | None = None,
         params.validate()
     except ValueError:
         return None
-    rows = modelcmd.build_rows(list(gpus), params, SCALE_HORIZON_HOURS, trials, SCALE_SEED)
-    cross = modelcmd.crossovers(params, list(gpus), rows)["analytic"]
+    rows = projection.build_rows(list(gpus), params, SCALE_HORIZON_HOURS, trials, SCALE_SEED)
+    cross = projection.crossovers(params, list(gpus), rows)["analytic"]
     buf = io.BytesIO()  # savefig writes PNG (its default format) to a file object too
-    modelcmd.write_plot(buf, params, list(gpus), rows)
+    projection.write_plot(buf, params, list(gpus), rows)
     used = {k: float(getattr(params, k)) for k in (
         "mtbf_hours_per_gpu", "step_s", "checkpoint_s", "save_s", "restore_s", "restart_s",
         "detect_s")}

@@ -52,9 +52,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from jitbench.reports.model import (
+    MODEL_STRATEGIES,
     SECONDS_PER_DAY,
     SECONDS_PER_HOUR,
-    STRATEGIES,
     ModelParams,
     async_period_s,
     jit_fallback_period_s,
@@ -76,7 +76,7 @@ class SimConfig:
     trials: int = 100
     seed: int = 0
     weibull_shape: float | None = None
-    strategies: tuple[str, ...] = STRATEGIES
+    strategies: tuple[str, ...] = MODEL_STRATEGIES
 
     def validate(self) -> None:
         """Raise :class:`ValueError` (one clear line) on an unusable value."""
@@ -91,8 +91,8 @@ class SimConfig:
         if self.weibull_shape is not None and not (self.weibull_shape > 0):
             raise ValueError(f"weibull_shape must be > 0 (got {self.weibull_shape})")
         for s in self.strategies:
-            if s not in STRATEGIES:
-                raise ValueError(f"unknown strategy {s!r} (known: {', '.join(STRATEGIES)})")
+            if s not in MODEL_STRATEGIES:
+                raise ValueError(f"unknown strategy {s!r} (known: {', '.join(MODEL_STRATEGIES)})")
 
 
 @dataclass(frozen=True, eq=False)
@@ -197,7 +197,7 @@ def _schedule(strategy: str, params: ModelParams, n_gpus: int) -> _Schedule:
         if not math.isfinite(period):
             return _Schedule(math.inf, math.inf, rate, o)
         return _Schedule(period, jit_fallback_work_s(params) / rate, rate, o)
-    raise ValueError(f"unknown strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
+    raise ValueError(f"unknown strategy {strategy!r} (known: {', '.join(MODEL_STRATEGIES)})")
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,20 @@
-"""Terminal tables of run summaries (reads records only)."""
+"""Tables of records: one column specification, three renderers.
+
+Every table of jitbench (run summary, sweep results, overhead, model
+validation, model at scale) is a list of :class:`Column` (the record column,
+its header, unit and format); :func:`cell` formats one value of it, and the
+terminal (:func:`rich_table`), markdown (:func:`markdown_table`) and HTML
+(the ``table`` macro of ``templates/report.html.j2``) renderers all read the
+same list. :func:`fmt` is the one cell formatter. Reads records only.
+"""
 
 from __future__ import annotations
 
-from rich.table import Table
+import math
+from dataclasses import dataclass
+from typing import Any
 
-SUMMARY_COLUMNS = (
-    ("detect_s", "detect_s"), ("save_s", "save_s"), ("restart_s", "restart_s"),
-    ("restore_s", "restore_s"), ("replayed_steps", "replayed_steps"),
-    ("recovery_s", "recovery_s"), ("state_equal", "state_equal"),
-)
+from rich.table import Table
 
 
 def fmt(value: object, digits: int = 3, none: str = "-", yes: str = "true",
@@ -26,8 +32,169 @@ def fmt(value: object, digits: int = 3, none: str = "-", yes: str = "true",
     return str(value)
 
 
+@dataclass(frozen=True)
+class Column:
+    """One column of a table: where its values come from and how they are shown."""
+
+    name: str
+    """The record / row key."""
+    header: str
+    """The column's label."""
+    unit: str = ""
+    """Unit of the values (``s``, ``GPU-s``, ``%``, ...; ``""``: none or a label)."""
+    format: str = "2"
+    """``N`` (decimals of a number), ``text``, ``strategy`` (a strategy name, drawn as
+    a coloured pill in HTML), ``bool`` (a check: marked good or bad), ``yesno`` (a
+    boolean that is neither good nor bad), ``signed``
+    (``+x.xx``), ``thousands`` (an integer with separators)."""
+    ok: str | None = None
+    """Row key whose truth marks the cell good or bad (``replayed_steps`` is good when
+    ``replay_ok``); a ``bool`` column marks itself."""
+
+    @property
+    def left(self) -> bool:
+        """Left-aligned (labels) rather than right-aligned (numbers)."""
+        return self.format in ("text", "strategy")
+
+
+TERMINAL = {"none": "-", "yes": "true", "no": "false"}
+"""Symbols of empty and boolean cells in the terminal."""
+REPORT = {"none": "–", "yes": "✓", "no": "✗"}
+"""Symbols of empty and boolean cells in the HTML report."""
+MARKDOWN = {**REPORT, "plain": True}
+"""The report's symbols, numbers written plainly (no ``+`` sign, no thousands
+separators: markdown tables are read by scripts too)."""
+
+
+def _missing(v: Any) -> bool:
+    if hasattr(v, "item"):
+        v = v.item()
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def truth(v: Any) -> bool:
+    """A cell's truth: True only for a true value (None and NaN are false)."""
+    if _missing(v):
+        return False
+    if hasattr(v, "item"):
+        v = v.item()
+    return bool(v)
+
+
+def cell(col: Column, row: Any, symbols: dict = TERMINAL) -> str:
+    """The text of ``row[col.name]`` (a dict or a pandas row) in ``col``'s format."""
+    v = row.get(col.name)
+    none, yes, no = symbols["none"], symbols["yes"], symbols["no"]
+    if col.format == "strategy" and v == "none-aa":
+        return "none (A/A control)"
+    if col.format in ("text", "strategy"):
+        return none if _missing(v) else str(v)
+    if col.format in ("bool", "yesno"):
+        return yes if truth(v) else no
+    plain = symbols.get("plain", False)
+    if col.format == "signed":
+        return none if _missing(v) else f"{float(v):{'' if plain else '+'}.2f}"
+    if col.format == "thousands":
+        return none if _missing(v) else f"{int(v):{'' if plain else ','}}"
+    return fmt(v, int(col.format), none=none, yes=yes, no=no)
+
+
+def good(col: Column, row: Any) -> bool | None:
+    """Whether the cell is marked good (True), bad (False) or not at all (None)."""
+    if col.ok is not None:
+        return truth(row.get(col.ok))
+    if col.format == "bool":
+        return truth(row.get(col.name))
+    return None
+
+
+def rows_of(table: Any) -> list:
+    """The rows of a DataFrame (as dicts) or a list of dicts."""
+    return table.to_dict("records") if hasattr(table, "to_dict") else list(table)
+
+
+def rich_table(table: Any, columns: list[Column], **kw: Any) -> Table:
+    """A terminal table (rich) of ``table``'s rows; ``kw`` go to :class:`rich.table.Table`."""
+    t = Table(**kw)
+    for c in columns:
+        t.add_column(c.header, justify="left" if c.left else "right")
+    for r in rows_of(table):
+        t.add_row(*(cell(c, r) for c in columns))
+    return t
+
+
+def markdown_table(table: Any, columns: list[Column]) -> str:
+    """A markdown table of ``table``'s rows (labels left-aligned, numbers right;
+    :data:`MARKDOWN` symbols)."""
+    lines = ["| " + " | ".join(c.header for c in columns) + " |",
+             "|" + "|".join("---" if c.left else "---:" for c in columns) + "|"]
+    for r in rows_of(table):
+        lines.append("| " + " | ".join(cell(c, r, MARKDOWN) for c in columns) + " |")
+    return "\n".join(lines)
+
+
+RESULT_COLUMNS = [
+    Column("workload", "workload", format="text"), Column("strategy", "strategy",
+                                                          format="strategy"),
+    Column("fault", "fault", format="text"), Column("repeat", "rep"),
+    Column("detect_s", "detect s", "s"), Column("save_s", "save s", "s"),
+    Column("restart_s", "restart s", "s"), Column("restore_s", "restore s", "s"),
+    Column("replay_s", "replay s", "s"), Column("recovery_s", "recovery s", "s"),
+    Column("replayed_steps", "replayed", "steps", ok="replay_ok"),
+    Column("expected_replayed_steps", "expected", "steps"),
+    Column("wasted_gpu_s", "wasted GPU-s", "GPU-s"), Column("goodput", "goodput"),
+    Column("state_equal", "state equal", format="bool"),
+    Column("max_abs_diff", "max |diff|", format="3")]
+"""One row per run of a sweep (or a run's records)."""
+OVERHEAD_COLUMNS = [
+    Column("strategy", "strategy", format="strategy"), Column("repeats", "repeats"),
+    Column("step_s", "step s (median)", "s", "4"),
+    Column("overhead_pct", "overhead % (median)", "%", "signed"),
+    Column("overhead_pct_q25", "q25 %", "%", "signed"),
+    Column("overhead_pct_q75", "q75 %", "%", "signed"),
+    Column("overhead_pct_min", "min %", "%", "signed"),
+    Column("overhead_pct_max", "max %", "%", "signed"),
+    Column("cpu_overhead_pct", "CPU-time overhead %", "%", "signed"),
+    Column("rt_us", "runtime hot path µs/step", "µs", "0"),
+    Column("within_noise", "within noise", format="yesno")]
+"""One row per strategy of an overhead measurement."""
+VALIDATION_COLUMNS = [
+    Column("workload", "workload", format="text"),
+    Column("strategy", "strategy", format="strategy"), Column("fault", "fault", format="text"),
+    Column("runs", "runs"), Column("failures", "failures"),
+    Column("measured_wasted_gpu_s", "measured wasted GPU-s", "GPU-s"),
+    Column("predicted_wasted_gpu_s", "predicted wasted GPU-s", "GPU-s"),
+    Column("error_pct", "error %", "%"), Column("within_tolerance", "within tolerance",
+                                                format="bool"),
+    Column("phases_from", "phase costs from", format="text")]
+"""One row per group of runs: the model's prediction against the measurement."""
+SCALE_COLUMNS = [
+    Column("n_gpus", "GPUs", format="thousands"),
+    Column("strategy", "strategy", format="strategy"),
+    Column("interval_s", "interval s", "s"), Column("failures_per_day", "failures/day"),
+    Column("analytic_wasted_gpu_hours_per_day", "wasted GPU-h/day (analytic)", "GPU-h"),
+    Column("sim_wasted_gpu_hours_per_day_mean", "wasted GPU-h/day (simulated)", "GPU-h"),
+    Column("analytic_goodput", "goodput (analytic)", format="3"),
+    Column("sim_goodput_mean", "goodput (simulated)", format="3")]
+"""One row per world size and strategy of the model at scale."""
+
+
+SUMMARY_ROWS = [
+    Column("detect_s", "detect_s", "s", "3"), Column("save_s", "save_s", "s", "3"),
+    Column("restart_s", "restart_s", "s", "3"), Column("restore_s", "restore_s", "s", "3"),
+    Column("replayed_steps", "replayed_steps", "steps", "3"),
+    Column("recovery_s", "recovery_s", "s", "3"), Column("state_equal", "state_equal", "", "3"),
+    Column("max_abs_diff", "max_abs_diff", "", "3"),
+    Column("sample_stream_equal", "sample_stream_equal", "", "3"),
+    Column("wasted_gpu_s", "wasted_gpu_s", "GPU-s", "3"), Column("attempts", "attempts", "", "3"),
+    Column("completed", "completed", "", "3")]
+"""The headline metrics of one run (rows of :func:`summary_table`; ``fmt`` with 3
+decimals, booleans as true/false)."""
+
+
 def summary_table(summary: dict) -> Table:
-    """The run's headline metrics, one row per metric (metric, value, unit)."""
+    """The run's headline metrics, one row per metric (metric, value): :data:`SUMMARY_ROWS`,
+    then a straggler's step times, skipped checkpoint parts and why the run ended."""
     title = (f"{summary['workload']} x{summary['world_size']} ranks, strategy "
              f"{summary['strategy']}, fault "
              + (", ".join(f"{f['kind']}@rank{f['rank']}:"
@@ -37,9 +204,8 @@ def summary_table(summary: dict) -> Table:
     t = Table(title=title)
     t.add_column("metric")
     t.add_column("value", justify="right")
-    for key, _ in SUMMARY_COLUMNS + (("max_abs_diff", ""), ("sample_stream_equal", ""),
-                                     ("wasted_gpu_s", ""), ("attempts", ""), ("completed", "")):
-        t.add_row(key, fmt(summary.get(key)))
+    for c in SUMMARY_ROWS:
+        t.add_row(c.header, cell(c, summary))
     if summary.get("slow_windows"):  # a straggler: its steps against the others
         t.add_row("slow_window_step_s", fmt(summary.get("slow_window_step_s")))
         t.add_row("normal_step_s", fmt(summary.get("normal_step_s")))

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from jitbench import records
 from jitbench.reports.model import periodic_wasted_gpu_s
 
 TOLERANCE_PCT = 15.0
@@ -49,54 +50,24 @@ def _interval(strategy: str) -> int | None:
     return None
 
 
-def load_results(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Runs and failures from a sweep directory (its results table and each
-    run's ``failures.csv``), another directory (every ``records.csv`` and
-    ``failures.csv`` below it) or one records table (CSV/Parquet; the phase
-    costs come from a ``failures.csv`` beside it, else from its own columns).
-
-    Raises:
-        FileNotFoundError: nothing usable at ``path``.
-        ValueError: the table is not a jitbench records/results table (it lacks
-            one of :data:`RUN_COLUMNS`).
-    """
-    runs, failures = _load(Path(path))
-    missing = [c for c in RUN_COLUMNS if c not in runs.columns]
-    if missing:
-        raise ValueError(f"{path}: not a jitbench records or results table (no column "
-                         f"{', '.join(missing)})")
-    return runs, failures
-
-
 RUN_COLUMNS = ("workload", "strategy", "world_size", "num_failures", "step_s", "wasted_gpu_s")
 """Columns of a run the validation reads (a records or results table has them)."""
 
 
-def _load(p: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    table = next((p / n for n in ("results.parquet", "results.csv") if (p / n).is_file()), None)
-    if p.is_dir() and table is not None:  # a sweep: its table, each run's failures
-        runs = pd.read_parquet(table) if table.suffix == ".parquet" else pd.read_csv(table)
-        fails = []
-        for rd in runs.get("run_dir", pd.Series(dtype=str)).dropna().astype(str):
-            for cand in (Path(rd), p / "runs" / Path(rd).name, p / Path(rd).name):
-                if (cand / "failures.csv").is_file():
-                    fails.append(pd.read_csv(cand / "failures.csv"))
-                    break
-        return runs, pd.concat(fails, ignore_index=True) if fails else pd.DataFrame()
-    if p.is_dir():
-        recs = [pd.read_csv(f) for f in sorted(p.rglob("records.csv"))]
-        fails = [pd.read_csv(f) for f in sorted(p.rglob("failures.csv"))]
-        if not recs:
-            raise FileNotFoundError(f"{p}: no records.csv below it")
-        runs = pd.concat(recs, ignore_index=True)
-        failures = pd.concat(fails, ignore_index=True) if fails else pd.DataFrame()
-        return runs, failures
-    if not p.is_file():
-        raise FileNotFoundError(f"{p}: no such file or directory")
-    runs = pd.read_parquet(p) if p.suffix in (".parquet", ".pq") else pd.read_csv(p)
-    fpath = p.with_name("failures.csv")
-    failures = pd.read_csv(fpath) if fpath.exists() else pd.DataFrame()
-    return runs, failures
+def load_results(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Runs and failures (:func:`jitbench.records.load_results` and
+    :func:`jitbench.records.load_failures`): a sweep directory (its results
+    table and each run's ``failures.csv``), another directory (every
+    ``records.csv`` and ``failures.csv`` below it) or one records table
+    (CSV/Parquet; the phase costs come from a ``failures.csv`` beside it, else
+    from its own columns).
+
+    Raises:
+        InputError: nothing usable at ``path``, or not a jitbench records/results
+            table (it lacks one of :data:`RUN_COLUMNS`); a ValueError.
+    """
+    runs = records.load_results(path, require=RUN_COLUMNS, what="records or results")
+    return runs, records.load_failures(path, runs)
 
 
 def _median(df: pd.DataFrame, col: str) -> float | None:

@@ -25,9 +25,7 @@ import torch
 from torch import nn
 from torch.utils.data import DistributedSampler
 
-
-class DataError(ValueError):
-    """The workload's data cannot be used (missing, empty, unreadable, corrupt)."""
+from jitbench.errors import DataError
 
 
 @dataclass

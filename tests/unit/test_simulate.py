@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from jitbench.reports import model as M
-from jitbench.reports.model import STRATEGIES, ModelParams, estimate
+from jitbench.reports.model import MODEL_STRATEGIES, ModelParams, estimate
 from jitbench.reports.modelcmd import _fmt_hours, model_main
 from jitbench.reports.simulate import (
     FailureTrace,
@@ -159,7 +159,7 @@ def test_simulation_agrees_with_the_model_where_its_assumptions_hold(n_gpus):
     # ~4,000 / 16,000 failures in all. (Over seeds 0-9 the ratio stays in [0.972, 1.009].)
     cfg = SimConfig(n_gpus=n_gpus, horizon_hours=2000.0, trials=60, seed=11)
     sim = simulate(AGREE, cfg)
-    for s in STRATEGIES:
+    for s in MODEL_STRATEGIES:
         analytic = estimate(s, n_gpus, AGREE).waste_fraction
         simulated = 1 - sim[s].goodput.mean
         assert simulated == pytest.approx(analytic, rel=0.04), s
@@ -170,7 +170,7 @@ def test_same_seed_same_results_different_seed_differs():
     a, b = simulate(AGREE, cfg), simulate(AGREE, cfg)
     assert a == b
     c = simulate(AGREE, replace(cfg, seed=4))
-    for s in STRATEGIES:
+    for s in MODEL_STRATEGIES:
         assert a[s].goodput_per_trial != c[s].goodput_per_trial
     w = simulate(AGREE, replace(cfg, weibull_shape=0.7))
     assert w["periodic"].goodput_per_trial != a["periodic"].goodput_per_trial
@@ -247,7 +247,7 @@ def test_gpu_hours_have_three_significant_figures(x, text):
 def test_model_main_json(capsys):
     assert model_main(**ARGS) == 0
     out = json.loads(capsys.readouterr().out)
-    assert len(out["rows"]) == 2 * len(STRATEGIES)
+    assert len(out["rows"]) == 2 * len(MODEL_STRATEGIES)
     row = out["rows"][0]
     assert {"analytic_wasted_gpu_hours_per_day", "sim_wasted_gpu_hours_per_day_p95",
             "analytic_goodput", "sim_goodput_mean"} <= row.keys()
@@ -260,7 +260,7 @@ def test_model_main_table_and_files(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "periodic-async" in text and "crossover" in text
     df = pd.read_csv(tmp_path / "out" / "model.csv")
-    assert len(df) == 8 and set(df["strategy"]) == set(STRATEGIES)
+    assert len(df) == 8 and set(df["strategy"]) == set(MODEL_STRATEGIES)
     assert (tmp_path / "out" / "model.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -1,0 +1,256 @@
+"""Events -> phase spans, derived once (DESIGN.md, "Metrics").
+
+A run's JSONL events (:mod:`jitbench.runtime.events`) are read once and turned
+into one table of spans, written beside the records as ``RUN_DIR/phases.parquet``
+(and ``phases.csv``). The summary metrics (:mod:`jitbench.harness.metrics`),
+the correctness checks and the report's timelines (:mod:`jitbench.reports.plots`)
+read this table instead of pairing events themselves. A run directory written
+before the table existed is derived from its events on first read
+(:func:`load`).
+
+Clock: times are ``t_mono`` (CLOCK_MONOTONIC, s) when every event comes from
+one host, else ``t_wall`` (s since the epoch); the ``clock`` column names it.
+``t0``/``t1`` are absolute times on that clock; ``dur_s = t1 - t0``.
+
+Rows (``scope``, ``phase``):
+
+``run`` scope
+    ``attempt``: the first and last event of an attempt (one row per attempt;
+    ``t1`` of a failed attempt is the moment its last process was gone).
+
+``rank`` scope, one row per begin/end pair of an event on one rank in one attempt
+    ``step`` (``step``; ``dur_s`` is the runtime's own step time, ``t1`` NaN
+    for a step begun and never ended), ``save`` (``kind`` ``jit``,
+    ``periodic`` or ``async``; ``step``; ``part``), ``restore``, ``init``,
+    ``stage`` (an async checkpoint's staging copy), ``probe`` (the
+    ``periodic:auto`` cost probe); and ``fault`` points (every injected fault,
+    ``kind``, ``step``). A begin pairs with the next successful end of the
+    same event (and, for ``save``, the same ``kind``) on that rank; an end
+    with ``ok: false`` is a row with ``ok`` False and leaves the begin open.
+
+``failure`` scope, one row per phase of each failure episode (``failure`` =
+0, 1, ...; an episode is an attempt in which a fault that fails the job
+fired; its first such fault starts it; faults with ``fails_job: false``,
+such as ``slow``, start none)
+    ``fault`` (point: ``t0 = t1`` the injection, ``rank``/``step``/``kind`` of
+    the fault); ``detect`` (fault -> first ``failure`` event of a survivor, a
+    rank no failing fault of the episode hit, else of any rank; ``trigger``);
+    ``save`` (the slowest rank's JIT save of the attempt, else the last
+    periodic or async save that ended before the fault, else a row with
+    ``dur_s`` 0 and no times); ``restart`` (last event of the failed attempt ->
+    the last ``init`` end of the next; ``ok`` when every rank initialised);
+    ``restore`` (the slowest rank's restore; ``step``/``kind`` of the part
+    restored); ``replay`` (the slowest restore's end -> the end of the last
+    step completed before the fault; ``step`` that step); ``recovery`` (fault
+    -> the end, on every rank, of the first step that had not completed before
+    the fault).
+
+This module reads events with the runtime's reader and imports no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from jitbench.runtime.events import read_events as _read_events
+
+__all__ = ["COLUMNS", "PHASES_FILE", "clock", "derive", "load", "read_events", "write"]
+
+PHASES_FILE = "phases.parquet"
+COLUMNS = ("scope", "phase", "failure", "attempt", "rank", "kind", "step", "part", "ok",
+           "trigger", "t0", "t1", "dur_s", "clock")
+"""Columns of the phases table (see the module docstring)."""
+SPANS = ("step", "save", "restore", "init", "stage", "probe")
+"""Events paired into ``rank`` scope spans."""
+
+
+def read_events(run_dir: str | Path) -> list[dict]:
+    """Every event of ``run_dir/events``, in time order (torn last lines skipped)."""
+    return _read_events(Path(run_dir) / "events")
+
+
+def clock(evs: list[dict]) -> str:
+    """``t_mono`` when every event comes from one host, else ``t_wall``."""
+    return "t_mono" if len({e.get("host") for e in evs}) <= 1 else "t_wall"
+
+
+def _row(scope: str, phase: str, t0: float | None, t1: float | None, **kw) -> dict:
+    dur = kw.pop("dur_s", None)
+    if dur is None and t0 is not None and t1 is not None:
+        dur = t1 - t0
+    return {"scope": scope, "phase": phase, "failure": None, "attempt": None, "rank": None,
+            "kind": None, "step": None, "part": None, "ok": True, "trigger": None,
+            "t0": t0, "t1": t1, "dur_s": dur, **kw}
+
+
+def _spans(evs: list[dict], key: str) -> list[dict]:
+    out: list[dict] = []
+    open_: dict[tuple, dict] = {}
+    for e in evs:
+        name = e["event"]
+        if name == "fault":
+            out.append(_row("rank", "fault", e[key], e[key], dur_s=0.0, attempt=e["attempt"],
+                            rank=e["rank"], kind=e.get("kind"), step=e.get("step")))
+            continue
+        if name not in SPANS:
+            continue
+        k = (e["attempt"], e["rank"], name, e.get("kind") if name == "save" else None)
+        if e["phase"] == "begin":
+            open_[k] = e
+        elif e["phase"] == "end":
+            ok = bool(e.get("ok", True))
+            begin = open_.pop(k, None) if ok else open_.get(k)
+            t0 = begin[key] if begin is not None else None
+            row = _row("rank", name, t0, e[key], attempt=e["attempt"], rank=e["rank"],
+                       kind=e.get("kind") if name == "save" else None, step=e.get("step"),
+                       part=e.get("part"), ok=ok)
+            if name == "step":
+                row["dur_s"] = e.get("dur_s")
+            out.append(row)
+    for b in open_.values():  # begun, never ended (a killed rank's step)
+        if b["event"] == "step":
+            out.append(_row("rank", "step", b[key], None, attempt=b["attempt"], rank=b["rank"],
+                            step=b.get("step"), ok=False))
+    return out
+
+
+def _slowest(rows: list[dict]) -> dict | None:
+    """The row of the longest successful span (the first of equals, in start order)."""
+    done = sorted((r for r in rows if r["ok"] and r["t0"] is not None),
+                  key=lambda r: (r["t0"], r["dur_s"]))
+    return max(done, key=lambda r: r["dur_s"]) if done else None
+
+
+def _episodes(evs: list[dict], key: str, spans: list[dict], world_size: int) -> list[dict]:
+    by_attempt: dict[int, list[dict]] = defaultdict(list)
+    for e in evs:
+        by_attempt[e["attempt"]].append(e)
+    rows: list[dict] = []
+    failing = [e for e in evs if e["event"] == "fault" and e.get("fails_job", True)]
+    seen: set[int] = set()
+    for fault in failing:
+        a = fault["attempt"]
+        if a in seen:
+            continue  # a second fault in the same attempt is part of the same episode
+        seen.add(a)
+        i = len(seen) - 1
+        cur, nxt = by_attempt[a], by_attempt.get(a + 1, [])
+        tf = fault[key]
+        ep = {"failure": i, "attempt": a}
+        rows.append(_row("failure", "fault", tf, tf, dur_s=0.0, rank=fault["rank"],
+                         kind=fault["kind"], step=fault["step"], failure=i, attempt=a))
+        hit = {e["rank"] for e in failing if e["attempt"] == a}
+        fails = [e for e in cur if e["event"] == "failure" and e[key] >= tf]
+        fails = [e for e in fails if e["rank"] not in hit] or fails
+        if fails:
+            first = min(fails, key=lambda e: e[key])
+            rows.append(_row("failure", "detect", tf, first[key], rank=first["rank"],
+                             trigger=first.get("trigger"), **ep))
+        mine = [r for r in spans if r["attempt"] == a and r["phase"] == "save"]
+        save = _slowest([r for r in mine if r["kind"] == "jit"])
+        if save is None:
+            before = sorted((r for r in mine if r["kind"] in ("periodic", "async") and r["ok"]
+                             and r["t0"] is not None and r["t1"] <= tf),
+                            key=lambda r: (r["t0"], r["dur_s"]))
+            save = before[-1] if before else None
+        rows.append(_row("failure", "save", None, None, dur_s=0.0, **ep) if save is None else
+                    _row("failure", "save", save["t0"], save["t1"], rank=save["rank"],
+                         kind=save["kind"], step=save["step"], part=save["part"], **ep))
+        if not nxt:
+            continue
+        old_gone = max(e[key] for e in cur)
+        inits = [e for e in nxt if e["event"] == "init" and e["phase"] == "end"]
+        if inits:
+            rows.append(_row("failure", "restart", old_gone, max(e[key] for e in inits),
+                             ok=len({e["rank"] for e in inits}) == world_size, **ep))
+        rend = [e for e in nxt if e["event"] == "restore" and e["phase"] == "end"]
+        if not rend:
+            continue
+        slow = _slowest([r for r in spans if r["attempt"] == a + 1 and r["phase"] == "restore"])
+        t_rest = max(e[key] for e in rend)
+        rows.append(_row("failure", "restore", slow["t0"] if slow else None,
+                         slow["t1"] if slow else None, rank=slow["rank"] if slow else None,
+                         kind=rend[0].get("kind"), step=rend[0]["step"], **ep))
+        done_before = max((e["step"] for e in cur if e["event"] == "step"
+                           and e["phase"] == "end"), default=0)
+        ends: dict[int, list[float]] = defaultdict(list)
+        for e in nxt:
+            if e["event"] == "step" and e["phase"] == "end":
+                ends[e["step"]].append(e[key])
+        if done_before - rend[0]["step"] <= 0:
+            rows.append(_row("failure", "replay", t_rest, t_rest, dur_s=0.0, step=done_before,
+                             **ep))
+        elif done_before in ends:
+            rows.append(_row("failure", "replay", t_rest, max(ends[done_before]),
+                             step=done_before, **ep))
+        new = [s for s in ends if s > done_before and len(ends[s]) == world_size]
+        if new:
+            rows.append(_row("failure", "recovery", tf, max(ends[min(new)]), step=min(new),
+                             **ep))
+    return rows
+
+
+def derive(evs: list[dict], world_size: int):
+    """The phases table (pandas DataFrame, :data:`COLUMNS`) of a run's events.
+
+    Args:
+        evs: the run's events in time order (:func:`read_events`).
+        world_size: ranks of the job (a restart is complete when all initialised,
+            a step is new progress when all completed it).
+    """
+    import pandas as pd
+
+    if not evs:
+        return pd.DataFrame(columns=list(COLUMNS))
+    key = clock(evs)
+    rows: list[dict] = []
+    by_attempt: dict[int, list[float]] = defaultdict(list)
+    for e in evs:
+        by_attempt[e["attempt"]].append(e[key])
+    for a, ts in sorted(by_attempt.items()):
+        rows.append(_row("run", "attempt", min(ts), max(ts), attempt=a))
+    spans = _spans(evs, key)
+    rows += spans
+    rows += _episodes(evs, key, spans, world_size)
+    t = pd.DataFrame(rows, columns=list(COLUMNS[:-1]))
+    t["clock"] = key
+    return t
+
+
+def write(run_dir: str | Path, table) -> Path:
+    """Write ``table`` as ``run_dir/phases.parquet`` and ``phases.csv``; returns the Parquet path."""
+    path = Path(run_dir) / PHASES_FILE
+    table.to_parquet(path, index=False)
+    table.to_csv(path.with_suffix(".csv"), index=False)
+    return path
+
+
+def load(run_dir: str | Path, world_size: int | None = None):
+    """The phases table of a run directory: its ``phases.parquet``, or derived from
+    its events when it has none (a run directory written before the table
+    existed; ``world_size`` default: the ranks that logged events).
+
+    Returns:
+        pandas DataFrame with :data:`COLUMNS` (empty when there are no events).
+    """
+    import pandas as pd
+
+    path = Path(run_dir) / PHASES_FILE
+    if path.is_file():
+        return pd.read_parquet(path)
+    evs = read_events(run_dir)
+    return derive(evs, world_size or len({e["rank"] for e in evs}))
+
+
+def value(v) -> float | int | str | None:
+    """A table cell as a Python value: NaN/None -> None, numpy scalars -> Python,
+    whole floats of an integer column stay floats (callers convert)."""
+    if v is None:
+        return None
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    return v

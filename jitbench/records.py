@@ -1,0 +1,327 @@
+"""The records schema, the one results loader and the one verdict.
+
+A *record* is one run as one flat row (``RUN_DIR/records.parquet`` and
+``records.csv``, written by :func:`jitbench.harness.run.write_records`); a
+*results table* is many of them (a sweep's ``results.parquet``/``.csv``, with
+the sweep's own columns). :data:`SCHEMA` lists the columns, with units.
+
+:func:`load_results` is the one loader of records and results for every
+command that reads them (``report``, ``gate``, ``validate``, ``model
+--from-results``); :func:`load_failures` reads the per-failure rows beside
+them. :func:`verdict` turns a run's summary (or a results row) into the exit
+status of the command and one line saying why.
+
+This module imports no other jitbench layer than :mod:`jitbench.errors` (no
+torch, no harness), so the reports may use it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jitbench.errors import ExitStatus, InputError
+
+__all__ = ["KEY_COLUMNS", "RESULTS_VERSION", "SCHEMA", "SUMMARY_VERSION", "Field",
+           "fault_kinds", "find_table", "load_failures", "load_results", "table_verdict",
+           "verdict"]
+
+SUMMARY_VERSION = 1
+"""Schema version of ``summary.json`` and of a run's record row."""
+RESULTS_VERSION = 1
+"""Schema version of a results table (the gate refuses to compare across versions)."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """One column of a record / results table."""
+
+    name: str
+    unit: str
+    """``s``, ``GPU-s``, ``steps``, ``bool``, ``ratio`` ...; ``""`` for labels."""
+    doc: str
+
+
+SCHEMA: tuple[Field, ...] = (
+    Field("workload", "", "workload name (gpt, resnet)"),
+    Field("size", "", "model size by name (empty: the workload's default)"),
+    Field("strategy", "", "checkpointing strategy as written (jit, periodic:5, ...)"),
+    Field("faults", "", "the fault plan, kind@rank:step joined by commas"),
+    Field("world_size", "ranks", "ranks of the job"),
+    Field("steps", "steps", "optimizer steps of the training"),
+    Field("seed", "", "seed of init, data order and random faults"),
+    Field("detect_s", "s", "fault injected -> first survivor declares the failure "
+                           "(mean over failures)"),
+    Field("save_s", "s", "JIT save begin -> durable, slowest rank; periodic: the last "
+                         "checkpoint before the fault (mean over failures)"),
+    Field("restart_s", "s", "last process of the failed attempt gone -> every new rank "
+                            "initialised (mean over failures)"),
+    Field("restore_s", "s", "checkpoint load begin -> end, slowest rank (mean over failures)"),
+    Field("replay_s", "s", "restore end -> the last replayed step's end (mean over failures)"),
+    Field("recovery_s", "s", "fault -> first new step completed by every rank (mean over "
+                             "failures)"),
+    Field("replayed_steps", "steps", "steps completed before a fault and executed again "
+                                     "(sum over failures)"),
+    Field("replayed_gpu_steps", "rank-steps", "replayed_steps x world_size"),
+    Field("max_replayed_steps_per_failure", "steps", "most steps replayed in one failure"),
+    Field("expected_replayed_steps", "steps", "steps since the newest committed checkpoint "
+                                              "(sum over failures)"),
+    Field("replay_ok", "bool", "every failure replayed exactly the expected steps (jit: <= 1)"),
+    Field("num_failures", "", "failure episodes (attempts in which a failing fault fired)"),
+    Field("completed", "bool", "every rank reached the last step"),
+    Field("attempts", "", "attempts of the worker group (restarts + 1)"),
+    Field("step_s", "s", "median step time"),
+    Field("train_wall_s", "s", "first step begin -> last step end"),
+    Field("goodput", "ratio", "useful step time / wall time of training"),
+    Field("checkpoint_saves", "", "committed periodic and async checkpoints"),
+    Field("checkpoint_s", "s", "median synchronous periodic checkpoint save"),
+    Field("checkpoint_stall_gpu_s", "GPU-s", "world size x the main thread's checkpoint stalls"),
+    Field("wasted_gpu_s", "GPU-s", "GPU time not spent on new progress (empty: a failure "
+                                   "did not recover)"),
+    Field("unfired_faults", "", "planned faults that never fired"),
+    Field("state_equal", "bool", "final state bitwise equal to the fault-free reference's"),
+    Field("max_abs_diff", "", "largest absolute difference from the reference's final state"),
+    Field("sample_stream_equal", "bool", "the reference's samples were consumed at every step"),
+    Field("end_reason", "", "why the run ended, one line"),
+    Field("wall_s", "s", "wall time of the launch"),
+    Field("code_version", "", "jitbench version (+ git commit)"),
+    Field("machine_torch", "", "torch version (machine_* : the machine fingerprint)"),
+    Field("fault", "", "fault kind(s) of the row (sweeps: the cell's; records: from faults)"),
+    Field("repeat", "", "repeat index of the configuration (sweeps)"),
+    Field("spec_hash", "", "SHA-256 prefix of the run spec (equal for repeats)"),
+    Field("spec_json", "", "the run spec as JSON (the gate compares it field by field)"),
+    Field("run_wall_s", "s", "wall time of the run and its comparison (sweeps)"),
+    Field("results_version", "", "RESULTS_VERSION of the table (sweeps)"),
+    Field("run_dir", "", "the run directory the row came from"),
+)
+"""The main columns of a record / results row (a row may hold more: every scalar
+of the summary, ``machine_*``, ``auto_*``)."""
+
+KEY_COLUMNS = ("workload", "strategy", "fault", "state_equal")
+"""Columns every results table has (``report`` and ``gate`` refuse a table without them)."""
+
+_TABLES = ("results.parquet", "results.csv", "records.parquet", "records.csv")
+
+
+def find_table(directory: str | Path) -> Path | None:
+    """The results (a sweep) or records (a run) table in ``directory``, or None."""
+    d = Path(directory)
+    return next((d / n for n in _TABLES if (d / n).is_file()), None)
+
+
+def _read(p: Path, shown: str):
+    import pandas as pd
+
+    suffix = p.suffix.lower()
+    if suffix not in (".parquet", ".pq", ".csv", ".txt"):
+        raise InputError(f"{shown}: expected a .csv or .parquet file")
+    try:
+        return pd.read_parquet(p) if suffix in (".parquet", ".pq") else pd.read_csv(p)
+    except Exception as exc:  # noqa: BLE001 - pandas/pyarrow raise many types for bad files
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise InputError(f"{shown}: not a results table ({type(exc).__name__}: {first})"
+                         ) from None
+
+
+def fault_kinds(faults: Any) -> str:
+    """The fault kinds of a ``faults`` cell (``kill@1:7,term@0:9``), sorted and joined
+    by ``+``; ``none`` for a fault-free run."""
+    text = "" if faults is None or (isinstance(faults, float) and math.isnan(faults)) \
+        else str(faults)
+    return "+".join(sorted({f.split("@")[0] for f in text.split(",") if f})) or "none"
+
+
+def load_results(path: str | Path, require: tuple[str, ...] = KEY_COLUMNS,
+                 what: str = "results"):
+    """A records or results table (pandas DataFrame, one row per run).
+
+    ``path`` is a ``.parquet``/``.csv`` table, a sweep directory (its
+    ``results.parquet`` or ``results.csv``), a run directory (its
+    ``records.parquet`` or ``records.csv``) or any other directory (every
+    ``records.csv`` below it, concatenated). Rows of a run's records get the
+    columns a results table has: ``fault`` (:func:`fault_kinds` of ``faults``),
+    ``repeat`` (0) and ``run_dir`` (the directory, when not recorded).
+
+    Args:
+        path: the table or directory.
+        require: columns the caller reads; a table without one is refused.
+        what: how the messages name the table (``results``; ``records or results``).
+
+    Raises:
+        InputError: missing path, unreadable or non-table file, no table in the
+            directory, no rows, or a required column missing (one line).
+    """
+    import pandas as pd
+
+    p = Path(path)
+    if p.is_dir():
+        table = find_table(p)
+        if table is not None:
+            t = _read(table, str(path))
+            if table.name.startswith("records"):
+                t = _as_results(t, p)
+        else:
+            found = sorted(p.rglob("records.csv"))
+            if not found:
+                raise InputError(f"{path}: no results.parquet, results.csv or records.csv "
+                                 "(not a sweep or run directory)")
+            t = pd.concat([_as_results(_read(f, str(f)), f.parent) for f in found],
+                          ignore_index=True)
+    elif p.exists():
+        t = _read(p, str(path))
+        if "fault" not in t.columns and "faults" in t.columns:
+            t = _as_results(t, None)
+    else:
+        raise InputError(f"{path} does not exist")
+    missing = [c for c in require if c not in t.columns]
+    if missing or t.empty:
+        raise InputError(f"{path}: not a jitbench {what} table ("
+                         + (f"no column {', '.join(missing)}" if missing else "no rows") + ")")
+    return t
+
+
+def _as_results(t, run_dir: Path | None):
+    """Records rows with the results-table columns ``fault``, ``repeat``, ``run_dir``."""
+    t = t.copy()
+    if "fault" not in t.columns:
+        t["fault"] = (t["faults"].map(fault_kinds) if "faults" in t.columns else "none")
+    if "repeat" not in t.columns:
+        t["repeat"] = 0
+    if run_dir is not None and "run_dir" not in t.columns:
+        t["run_dir"] = str(run_dir)
+    return t
+
+
+def load_failures(path: str | Path, runs=None):
+    """Per-failure rows (``failures.csv`` of each run: one row per failure episode,
+    with ``run_dir``) for the runs of :func:`load_results` ``(path)``: beside a
+    table file, in a run directory, below any directory, or in each of ``runs``'
+    ``run_dir`` (a sweep). Empty DataFrame when none is found."""
+    import pandas as pd
+
+    p = Path(path)
+    files: list[Path] = []
+    if p.is_file():
+        files = [f for f in (p.with_name("failures.csv"),) if f.is_file()]
+    elif p.is_dir() and any((p / n).is_file() for n in ("results.parquet", "results.csv")):
+        recorded = runs.get("run_dir", pd.Series(dtype=str)) if runs is not None else []
+        for rd in pd.Series(recorded).dropna().astype(str):
+            for cand in (Path(rd), p / "runs" / Path(rd).name, p / Path(rd).name):
+                if (cand / "failures.csv").is_file():
+                    files.append(cand / "failures.csv")
+                    break
+    elif p.is_dir():
+        files = sorted(p.rglob("failures.csv"))
+    frames = [pd.read_csv(f) for f in files]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+# ---------------------------------------------------------------- verdict
+def _is(value: Any, want: bool) -> bool:
+    """``value`` is the boolean ``want`` (numpy/pandas scalars and "True" strings too)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, str):
+        return value.strip().lower() == str(want).lower()
+    return value is want or (isinstance(value, int) and value == want)
+
+
+def _num(value: Any) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return 0.0 if math.isnan(x) else x
+
+
+def verdict(summary: dict, strict: bool = False) -> tuple[ExitStatus, str]:
+    """The exit status of a finished run and one line saying why.
+
+    In order: interrupted (130); a worker refused its input, e.g. another job's
+    checkpoint directory (2); the launch timed out or the job did not complete
+    (3); the final state differs from the reference (4); ``jit`` replayed more
+    than one step in a failure, or a failure replayed other than the steps since
+    the newest committed checkpoint (4); a planned fault never fired and nothing
+    was injected (3; when others fired, 0 with a warning in the reason);
+    otherwise 0.
+
+    Args:
+        summary: ``summary.json`` of a run, or one row of a results table (its
+            lists are absent: ``unfired_faults`` counts the unfired faults).
+        strict: a sweep's or gate's row: every planned fault must have fired
+            (else 3), and ``state_equal`` and ``replay_ok`` must be true, not
+            merely not false (else 4).
+    """
+    s = summary
+    if _is(s.get("interrupted"), True):
+        return ExitStatus.INTERRUPTED, "interrupted; what was recorded is kept"
+    completed = _is(s.get("completed"), True)
+    if s.get("error_kind") in ("checkpoint", "input") and not completed:
+        return ExitStatus.INPUT, str(s.get("error"))
+    if _is(s.get("timed_out"), True):
+        return ExitStatus.RUN_FAILED, str(s.get("end_reason") or "the run was stopped "
+                                          "after its timeout")
+    if not completed:
+        why = s.get("end_reason") or (f"agent exit {s.get('agent_exit')}, "
+                                      f"{s.get('attempts')} attempts")
+        return ExitStatus.RUN_FAILED, f"the job did not complete: {why}"
+    unfired = list(s.get("unfired") or [])
+    n_unfired = len(unfired) or int(_num(s.get("unfired_faults")))
+    if strict and n_unfired:
+        return ExitStatus.RUN_FAILED, (f"{n_unfired} planned fault(s) never fired: nothing "
+                                       "was measured for them")
+    if _is(s.get("state_equal"), False) or (strict and not _is(s.get("state_equal"), True)):
+        diff = s.get("max_abs_diff")
+        return ExitStatus.INCORRECT, ("final state differs from the fault-free run "
+                                      + (f"(max_abs_diff {_num(diff):.3g})" if diff is not None
+                                         else "(not compared)"))
+    most = int(_num(s.get("max_replayed_steps_per_failure")))
+    if str(s.get("strategy")) == "jit" and most > 1:
+        return ExitStatus.INCORRECT, f"JIT replayed {most} steps in one failure"
+    if _is(s.get("replay_ok"), False) or (strict and not _is(s.get("replay_ok"), True)):
+        return ExitStatus.INCORRECT, (
+            f"replayed {s.get('replayed_steps')} steps, expected "
+            f"{s.get('expected_replayed_steps')} (the steps since the newest committed "
+            "checkpoint; at most 1 per failure under jit)")
+    if n_unfired:
+        what = (f"planned fault {', '.join(unfired)}" if unfired
+                else f"{n_unfired} planned fault(s)") + " never fired (the run ended first)"
+        if "fired" in s and not s.get("fired"):
+            return ExitStatus.RUN_FAILED, f"{what}: nothing was injected, so no recovery " \
+                                          "was measured"
+        return ExitStatus.OK, f"warning: {what}"
+    return ExitStatus.OK, "completed"
+
+
+_PRIORITY = (ExitStatus.INTERRUPTED, ExitStatus.INPUT, ExitStatus.RUN_FAILED,
+             ExitStatus.INCORRECT)
+
+
+def table_verdict(rows, strict: bool = True) -> tuple[ExitStatus, list[str]]:
+    """The exit status of many runs (a sweep) and one line per run that is not OK.
+
+    Every row is judged by :func:`verdict`; the status is the first of
+    interrupted, input, did not complete, incorrect that any row has (a sweep
+    with an incomplete run exits 3 even when another is incorrect).
+
+    Args:
+        rows: dicts, or a DataFrame (one row per run).
+        strict: see :func:`verdict` (default: sweeps require every check).
+    """
+    if hasattr(rows, "to_dict"):
+        rows = rows.to_dict("records")
+    found: dict[ExitStatus, list[str]] = {}
+    for r in rows:
+        status, why = verdict(r, strict)
+        if status != ExitStatus.OK:
+            label = " ".join(str(r.get(k)) for k in ("workload", "strategy", "fault")
+                             if r.get(k) is not None)
+            rep = r.get("repeat")
+            found.setdefault(status, []).append(
+                f"{label}{f' r{rep}' if rep is not None else ''}: {why}")
+    for status in _PRIORITY:
+        if status in found:
+            return status, found[status]
+    return ExitStatus.OK, []

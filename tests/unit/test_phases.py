@@ -1,0 +1,73 @@
+"""Events -> phases, derived once (jitbench.phases)."""
+
+from __future__ import annotations
+
+import json
+
+from jitbench import phases
+from jitbench.harness.metrics import compute
+from jitbench.reports.plots import timeline_data
+
+
+def _events(d, attempt, rank, items):
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / f"attempt{attempt:03d}_rank{rank:05d}.jsonl", "w") as fh:
+        for name, phase, t, extra in items:
+            fh.write(json.dumps({"event": name, "phase": phase, "t_wall": t, "t_mono": t,
+                                 "rank": rank, "attempt": attempt, "pid": 1, "host": "h",
+                                 **extra}) + "\n")
+
+
+def _run(tmp_path):
+    """Rank 1 killed in step 4; rank 0 saves a JIT checkpoint of step 3; restart; the
+    restore of step 3 is slower on rank 1; steps 4 and 5 run on both ranks."""
+    for rank in (0, 1):
+        a0 = [("init", "end", 0.5, {})]
+        for s in (1, 2, 3):
+            a0 += [("step", "begin", s, {"step": s}), ("step", "end", s + 0.5,
+                                                      {"step": s, "dur_s": 0.5})]
+        a0.append(("step", "begin", 4.0, {"step": 4}))
+        if rank == 1:
+            a0.append(("fault", "point", 4.2, {"kind": "kill", "step": 4}))
+        else:
+            a0 += [("failure", "point", 4.5, {"trigger": "peer"}),
+                   ("save", "begin", 4.6, {"kind": "jit", "step": 3}),
+                   ("save", "end", 4.9, {"kind": "jit", "step": 3, "ok": True, "part": "p3"})]
+        _events(tmp_path / "events", 0, rank, a0)
+        _events(tmp_path / "events", 1, rank, [
+            ("init", "end", 8.0 + rank, {}), ("restore", "begin", 9.1, {}),
+            ("restore", "end", 9.2 + 0.3 * rank, {"step": 3, "kind": "jit"}),
+            ("step", "begin", 10.0, {"step": 4}), ("step", "end", 10.5, {"step": 4, "dur_s": 0.5}),
+            ("step", "begin", 11.0, {"step": 5}), ("step", "end", 11.5, {"step": 5, "dur_s": 0.5}),
+            ("done", "point", 12.0, {"step": 5})])
+
+
+def test_phases_of_one_failure(tmp_path):
+    _run(tmp_path)
+    t = phases.derive(phases.read_events(tmp_path), 2)
+    f = {r["phase"]: r for r in t[t["scope"] == "failure"].to_dict("records")}
+    assert list(f) == ["fault", "detect", "save", "restart", "restore", "replay", "recovery"]
+    assert f["detect"]["dur_s"] == 4.5 - 4.2 and f["detect"]["trigger"] == "peer"
+    assert f["save"]["dur_s"] == 4.9 - 4.6 and f["save"]["kind"] == "jit"
+    assert f["restart"]["t0"] == 4.9 and f["restart"]["t1"] == 9.0 and f["restart"]["ok"]
+    assert f["restore"]["dur_s"] == 9.5 - 9.1 and f["restore"]["step"] == 3
+    assert f["replay"]["dur_s"] == 0.0 and f["recovery"]["t1"] == 10.5
+    # the table is written once and read back the same; metrics read it
+    phases.write(tmp_path, t)
+    m = compute(tmp_path, 5, 2)
+    (fm,) = m.failures
+    assert (fm.detect_s, fm.save_s, fm.restore_s) == (f["detect"]["dur_s"],
+                                                      f["save"]["dur_s"], f["restore"]["dur_s"])
+    assert fm.restart_s == 9.0 - 4.9 and fm.recovery_s == 10.5 - 4.2
+    assert fm.replayed_steps == 0 and fm.restored_step == 3 and fm.lost_partial_s == 4.2 - 4.0
+    assert m.completed and m.final_step == 5
+
+
+def test_timeline_reads_the_phases(tmp_path):
+    _run(tmp_path)
+    d = timeline_data(tmp_path)  # no phases.parquet yet: derived from the events
+    assert d["attempts"] == 2 and d["faults"] == [4.2 - 0.5] and d["detect"] == [4.5 - 0.5]
+    assert d["saves"] == [(4.6 - 0.5, 4.9 - 0.5, "jit")]
+    assert d["restarts"] == [(4.9 - 0.5, 9.0 - 0.5)] and d["restores"] == [(9.1 - 0.5,
+                                                                             9.5 - 0.5)]
+    assert sorted(s for _, s in d["ranks"][0]) == [1, 2, 3, 4, 5]
