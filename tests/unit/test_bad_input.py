@@ -99,9 +99,9 @@ def test_data_paths(jb, tmp_path, monkeypatch):
     def denied(*a, **k):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(cli, "open", denied, raising=False)  # root reads everything
+    monkeypatch.setattr(cli.run, "open", denied, raising=False)  # root reads everything
     code, err = jb("run", "--data", str(unreadable), "--run-dir", str(tmp_path / "r"))
-    monkeypatch.delattr(cli, "open")
+    monkeypatch.delattr(cli.run, "open")
     assert code == 2 and "is unreadable: Permission denied" in _one_line(err)
     assert not (tmp_path / "r").exists()
 
