@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from jitbench.cli.options import JsonSummary
 from jitbench.errors import InputError
 
 LLAMA3_MTBF_HOURS_PER_GPU = 16_384 * 54 * 24 / 419
@@ -50,8 +51,7 @@ def model(
     seed: Annotated[int, typer.Option(help="Seed of the simulated failure traces.")] = 0,
     out: Annotated[Path | None, typer.Option(help="Also write model.csv and model.png here.")]
     = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON "
-                                                          "object.")] = False,
+    as_json: JsonSummary = False,
 ) -> None:
     """Wasted GPU time and goodput vs world size.
 

@@ -20,6 +20,10 @@ import typer
 from jitbench.errors import SpecError
 from jitbench.runtime import strategies
 
+__all__ = ["Backend", "BatchSize", "FaultRank", "JsonRows", "JsonSummary", "Mtbf",
+           "OverwriteOut", "Strategies", "Strategy", "Workload", "check_sizes", "csv_list",
+           "option_groups", "parse_duration_s"]
+
 Workload = Annotated[str, typer.Option("--workload", "-w", help="gpt or resnet.")]
 Strategy = Annotated[str, typer.Option(
     help=f"{strategies.usage()} (periodic:auto needs --mtbf).")]
@@ -34,6 +38,7 @@ Mtbf = Annotated[str | None, typer.Option(
                    "unit (90s, 10m, 2h, 1d). Whole job, not per GPU.")]
 OverwriteOut = Annotated[bool, typer.Option(help="Replace a non-empty --out.")]
 JsonRows = Annotated[bool, typer.Option("--json", help="Print the rows as one JSON array.")]
+JsonSummary = Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object.")]
 
 _UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -117,7 +122,3 @@ def option_groups(command: Callable[..., Any]) -> Callable[..., Any]:
     flat.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     flat.__annotations__ = {p.name: p.annotation for p in params}
     return flat
-
-
-__all__ = ["Backend", "BatchSize", "FaultRank", "JsonRows", "Mtbf", "OverwriteOut", "Strategies",
-           "Strategy", "Workload", "check_sizes", "csv_list", "option_groups", "parse_duration_s"]

@@ -23,9 +23,11 @@ from jitbench.cli.options import (
     Backend,
     BatchSize,
     FaultRank,
+    JsonSummary,
     Mtbf,
     Strategy,
     Workload,
+    check_sizes,
     option_groups,
     parse_duration_s,
 )
@@ -226,8 +228,7 @@ class OutputOptions:
     overwrite: Annotated[bool, typer.Option(help="Replace a non-empty run directory.")] = False
     timeout_s: Annotated[float | None, typer.Option(
         help="Stop a launch after this long (s).")] = None
-    as_json: Annotated[bool, typer.Option(
-        "--json", help="Print the summary as one JSON object.")] = False
+    as_json: JsonSummary = False
 
 
 def build_spec(faults: FaultOptions, training: TrainingOptions, job: JobOptions,
@@ -235,7 +236,8 @@ def build_spec(faults: FaultOptions, training: TrainingOptions, job: JobOptions,
     """The validated run spec of the options.
 
     Raises:
-        InputError: bad flags, fault plan, strategy or data (one line; nothing is created).
+        InputError, SpecError: bad flags, fault plan or strategy (one line; nothing is
+            created).
     """
     from jitbench.harness.spec import RunSpec
 
@@ -248,28 +250,12 @@ def build_spec(faults: FaultOptions, training: TrainingOptions, job: JobOptions,
                    deterministic_reduce=job.deterministic_reduce,
                    ckpt_dir=str(job.ckpt_dir.resolve()) if job.ckpt_dir is not None else None,
                    mtbf_s=parse_duration_s(job.mtbf))
-    strategies.parse(job.strategy)
+    choice = strategies.parse(job.strategy)
     spec.validate()
-    if job.mtbf is not None and job.strategy != "periodic:auto":
+    if job.mtbf is not None and not choice.auto:
         raise InputError(f"--mtbf sizes the interval of periodic:auto; it does nothing for "
                          f"--strategy {job.strategy} (for fault arrivals: --fault-mtbf-s)")
     return spec
-
-
-def check_size(workload: str, size: str | None) -> None:
-    """Refuse a model size the workload does not have.
-
-    Raises:
-        InputError: one line naming the known sizes.
-    """
-    if size is None:
-        return
-    if workload == "gpt":
-        from jitbench.workloads.gpt import SIZES
-    else:
-        from jitbench.workloads.resnet import SIZES
-    if size not in SIZES:
-        raise InputError(f"unknown {workload} size {size!r}; one of {', '.join(SIZES)}")
 
 
 def check_data(workload: str, data: str | None, wl: WorkloadConfig | None = None,
@@ -369,7 +355,8 @@ def run(faults: FaultOptions, training: TrainingOptions, job: JobOptions,
     spec = build_spec(faults, training, job, detection)
     if output.timeout_s is not None and not output.timeout_s > 0:
         raise InputError(f"--timeout-s must be > 0, got {output.timeout_s:g}")
-    check_size(training.workload, training.size)
+    if training.size is not None:
+        check_sizes({training.workload: training.size})
     check_data(training.workload, training.data, spec.workload, spec.world_size)
     from jitbench.harness.run import check_ckpt_dir, prepare_dir
 
