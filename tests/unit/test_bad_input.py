@@ -292,3 +292,22 @@ def test_benchmark_commands_refuse_bad_tables_and_options(jb, tmp_path):
         code, err = jb(*args)
         assert code == 2 and needle in _one_line(err), (args, err)
     assert garbage.read_bytes() == b"garbage\x00\x01"  # nothing recorded lost
+
+
+@pytest.mark.parametrize("exc, code, needle", [
+    (__import__("jitbench.errors").errors.IncomparableError("schema 1 vs 2"), 6,
+     "error: schema 1 vs 2"),
+    (__import__("jitbench.errors").errors.ScheduleError("bad plan"), 2, "error: bad plan"),
+    (KeyboardInterrupt(), 130, None),  # typer turns it into exit 130 itself, silently
+    (RuntimeError("boom"), 1, "internal error: RuntimeError: boom (rerun with --debug)"),
+])
+def test_main_maps_errors_to_exit_statuses(jb, monkeypatch, exc, code, needle):
+    """Every JitbenchError exits with its exit_status and one line; anything else is a bug."""
+    from jitbench.reports import modelcmd
+
+    def fail(*a, **k):
+        raise exc
+
+    monkeypatch.setattr(modelcmd, "model_main", fail)
+    got, err = jb("model")
+    assert got == code and (needle is None or _one_line(err) == needle)
