@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from jitbench import cli
+from jitbench.errors import IncomparableError, ScheduleError
 from jitbench.runtime import checkpoint as ckpt
 
 
@@ -295,9 +296,9 @@ def test_benchmark_commands_refuse_bad_tables_and_options(jb, tmp_path):
 
 
 @pytest.mark.parametrize("exc, code, needle", [
-    (__import__("jitbench.errors").errors.IncomparableError("schema 1 vs 2"), 6,
+    (IncomparableError("schema 1 vs 2"), 6,
      "error: schema 1 vs 2"),
-    (__import__("jitbench.errors").errors.ScheduleError("bad plan"), 2, "error: bad plan"),
+    (ScheduleError("bad plan"), 2, "error: bad plan"),
     (KeyboardInterrupt(), 130, None),  # typer turns it into exit 130 itself, silently
     (RuntimeError("boom"), 1, "internal error: RuntimeError: boom (rerun with --debug)"),
 ])
