@@ -2,9 +2,12 @@
 
 The command's options come in groups (:class:`FaultOptions`,
 :class:`TrainingOptions`, :class:`JobOptions`, :class:`DetectionOptions`,
-:class:`OutputOptions`); each group turns itself into its part of the
-:class:`~jitbench.harness.spec.RunSpec`. Everything is validated before
-anything is created or launched; torch is imported only here, in the body.
+:class:`OutputOptions`); :func:`build_spec` turns the first four into a
+:class:`~jitbench.harness.spec.RunSpec` (the fault group makes the fault plan,
+the training group the workload config). Everything is validated before
+anything is created or launched. The harness, the workloads and with them
+torch are imported inside the functions, so ``jitbench run --help`` does not
+load them.
 """
 
 from __future__ import annotations
