@@ -1,4 +1,5 @@
-"""nox sessions: tests (the CI suite), lint, stress (hundreds of fault campaigns)."""
+"""nox sessions: tests (the CI suite), lint (ruff and the layer contracts), stress (hundreds
+of fault campaigns), startup (start-up time of the light CLI commands)."""
 
 import nox
 
@@ -14,8 +15,9 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def lint(session: nox.Session) -> None:
-    """ruff over the package and tests."""
-    session.run("ruff", "check", "jitbench", "tests", "noxfile.py")
+    """ruff over the package, tests and benchmarks; the layer contracts of .importlinter."""
+    session.run("ruff", "check", "jitbench", "tests", "benchmarks", "noxfile.py")
+    session.run("lint-imports")
 
 
 @nox.session(venv_backend="none")
@@ -23,3 +25,9 @@ def stress(session: nox.Session) -> None:
     """Hundreds of random fault campaigns; prints campaigns and violations."""
     session.run("python", "-m", "pytest", "-m", "stress", "-p", "no:randomly", "-s",
                 *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def startup(session: nox.Session) -> None:
+    """Start-up time of jitbench --help, faults and gate --help against import torch."""
+    session.run("python", "benchmarks/cli_startup.py", *session.posargs)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from jitbench import cli
+from jitbench.errors import IncomparableError, ScheduleError
 from jitbench.runtime import checkpoint as ckpt
 
 
@@ -99,9 +100,9 @@ def test_data_paths(jb, tmp_path, monkeypatch):
     def denied(*a, **k):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(cli, "open", denied, raising=False)  # root reads everything
+    monkeypatch.setattr(cli.run, "open", denied, raising=False)  # root reads everything
     code, err = jb("run", "--data", str(unreadable), "--run-dir", str(tmp_path / "r"))
-    monkeypatch.delattr(cli, "open")
+    monkeypatch.delattr(cli.run, "open")
     assert code == 2 and "is unreadable: Permission denied" in _one_line(err)
     assert not (tmp_path / "r").exists()
 
@@ -292,3 +293,22 @@ def test_benchmark_commands_refuse_bad_tables_and_options(jb, tmp_path):
         code, err = jb(*args)
         assert code == 2 and needle in _one_line(err), (args, err)
     assert garbage.read_bytes() == b"garbage\x00\x01"  # nothing recorded lost
+
+
+@pytest.mark.parametrize("exc, code, needle", [
+    (IncomparableError("schema 1 vs 2"), 6,
+     "error: schema 1 vs 2"),
+    (ScheduleError("bad plan"), 2, "error: bad plan"),
+    (KeyboardInterrupt(), 130, None),  # typer turns it into exit 130 itself, silently
+    (RuntimeError("boom"), 1, "internal error: RuntimeError: boom (rerun with --debug)"),
+])
+def test_main_maps_errors_to_exit_statuses(jb, monkeypatch, exc, code, needle):
+    """Every JitbenchError exits with its exit_status and one line; anything else is a bug."""
+    from jitbench.reports import modelcmd
+
+    def fail(*a, **k):
+        raise exc
+
+    monkeypatch.setattr(modelcmd, "model_main", fail)
+    got, err = jb("model")
+    assert got == code and (needle is None or _one_line(err) == needle)

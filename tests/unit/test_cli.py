@@ -1,11 +1,15 @@
-"""Bad input gets one clear line and exit status 2, never a traceback."""
+"""The CLI: bad input gets one clear line and exit status 2, never a traceback; option
+groups and help texts."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import dataclass
+from typing import Annotated
 
 import pytest
+import typer
 
 from jitbench.harness.spec import RunSpec, SpecError, Strategy
 
@@ -128,3 +132,44 @@ def test_non_positive_durations_are_bad_input(flag, value, tmp_path):
     p = _cli("run", flag, value, "--run-dir", str(tmp_path / "r"), cwd=tmp_path)
     assert p.returncode == 2 and flag in p.stderr and "Traceback" not in p.stderr
     assert not (tmp_path / "r").exists()
+
+
+
+@dataclass
+class _Group:
+    size: Annotated[int, typer.Option(help="A size.")] = 3
+    name: Annotated[str | None, typer.Option("--the-name", help="A name.")] = None
+
+
+def test_option_groups_flatten_dataclasses_onto_the_command_line():
+    from typer.testing import CliRunner
+
+    from jitbench.cli.options import option_groups
+
+    got = {}
+
+    @option_groups
+    def cmd(group: _Group, verbose: Annotated[bool, typer.Option()] = False) -> None:
+        """A command."""
+        got.update(group=group, verbose=verbose)
+
+    app = typer.Typer()
+    app.command()(cmd)
+    app.command("other")(lambda: None)
+    r = CliRunner().invoke(app, ["cmd", "--size", "5", "--the-name", "x", "--verbose"])
+    assert r.exit_code == 0, r.output
+    assert got == {"group": _Group(5, "x"), "verbose": True}
+    CliRunner().invoke(app, ["cmd"])
+    assert got == {"group": _Group(), "verbose": False}
+    help_text = CliRunner().invoke(app, ["cmd", "--help"]).output
+    assert "--size" in help_text and "--the-name" in help_text and "A command." in help_text
+
+def test_strategy_help_comes_from_the_registry():
+    from typer.testing import CliRunner
+
+    from jitbench.cli import app
+    from jitbench.runtime.strategies import usage
+
+    for cmd in ("run", "sweep"):
+        r = CliRunner().invoke(app, [cmd, "--help"], terminal_width=400)
+        assert r.exit_code == 0 and usage() in " ".join(r.output.split()), r.output

@@ -1,0 +1,57 @@
+"""``jitbench gate``: compare results with a stored baseline; fail CI on a regression."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from jitbench.cli import console
+from jitbench.errors import ExitStatus, SpecError
+
+
+def gate(
+    results: Annotated[Path, typer.Argument(help="Results to check: a sweep directory or "
+                                                 "a results .parquet/.csv.")],
+    baseline: Annotated[Path, typer.Option(help="The stored baseline results table.")],
+    tolerance: Annotated[float, typer.Option(help="Timing tolerance: a median may grow by "
+                                                  "this fraction beyond the noise band "
+                                                  "before it is a regression.")] = 0.5,
+    floor_s: Annotated[float, typer.Option(help="Absolute slack (s): a timing that grew "
+                                                "by less is within noise.")] = 1.0,
+    strict_machine: Annotated[bool, typer.Option(help="Also require the same host name and "
+                                                      "CPU count.")] = False,
+    verbose: Annotated[bool, typer.Option(help="Also print the comparisons that are "
+                                               "ok.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print every comparison as "
+                                                         "JSON.")] = False,
+) -> None:
+    """Compare RESULTS with a stored baseline; fail on a regression.
+
+    Exit 4 if an invariant is broken, 5 on a timing regression, 6 if the
+    results are not comparable with the baseline."""
+    for flag, v in (("--tolerance", tolerance), ("--floor-s", floor_s)):
+        if not (math.isfinite(v) and v >= 0):
+            raise SpecError(f"{flag} must be a finite number >= 0, got {v}")
+    from jitbench.harness.sweep import load_results
+    from jitbench.reports import gate as g
+
+    base_t, new_t = load_results(baseline), load_results(results)
+    try:
+        verdict = g.compare(base_t, new_t, tolerance=tolerance, floor_s=floor_s,
+                            strict_machine=strict_machine)
+    except g.Incomparable as exc:
+        console.line(f"error: incomparable results: {exc}")
+        raise typer.Exit(int(ExitStatus.INCOMPARABLE)) from None
+    if as_json:
+        print(json.dumps([c.__dict__ for c in verdict.checks], default=str))
+    else:
+        for text in verdict.lines(verbose):
+            print(text)
+    if verdict.violations:
+        raise typer.Exit(int(ExitStatus.INCORRECT))
+    if verdict.regressions:
+        raise typer.Exit(int(ExitStatus.REGRESSION))

@@ -1,0 +1,104 @@
+"""``jitbench overhead``: steady-state step time of each strategy against none."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from jitbench.cli import console
+from jitbench.cli.console import cell
+from jitbench.cli.options import (
+    Backend,
+    BatchSize,
+    OverwriteOut,
+    Workload,
+    check_sizes,
+    csv_list,
+)
+from jitbench.errors import ExitStatus
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+
+def overhead(
+    workload: Workload = "gpt",
+    size: Annotated[str | None, typer.Option(help="Model size by name.")] = None,
+    strategies: Annotated[str, typer.Option(help="Comma-separated strategies (none is "
+                                                 "always included).")]
+    = "none,jit,periodic:10,periodic-async:10",
+    segment_steps: Annotated[int, typer.Option(help="Steps per segment (a multiple of "
+                                                    "every interval).")] = 20,
+    repeats: Annotated[int, typer.Option(help="Segments per strategy.")] = 5,
+    warmup_steps: Annotated[int, typer.Option(help="Excluded steps before the first "
+                                                   "segment.")] = 10,
+    nproc: Annotated[int, typer.Option("--nproc", help="Ranks.")] = 2,
+    backend: Backend = "gloo",
+    batch_size: BatchSize = 8,
+    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Output directory "
+                                                              "(default overhead/<time>).")]
+    = None,
+    overwrite: OverwriteOut = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+) -> None:
+    """Steady-state overhead of each strategy versus none.
+
+    Every strategy fault-free, interleaved in segments of one launch."""
+    from jitbench.harness.overhead import OverheadConfig, run_overhead
+    from jitbench.harness.spec import RunSpec
+    from jitbench.workloads import WorkloadConfig
+
+    if size:
+        check_sizes({workload: size})
+    cfg = OverheadConfig(strategies=csv_list(strategies), segment_steps=segment_steps,
+                         repeats=repeats, warmup_steps=warmup_steps)
+    base = RunSpec(workload=WorkloadConfig(name=workload, size=size, batch_size=batch_size,
+                                           seed=seed), nproc=nproc, backend=backend)
+    base.validate()
+    cfg.validate()
+    if out_dir is None:
+        out_dir = Path("overhead") / time.strftime("%Y%m%d-%H%M%S")
+    total = cfg.plan()[1]
+    with console.err().status(f"overhead: {workload} x{nproc}, {total} steps in "
+                              f"{len(cfg.strategies) * repeats} segments"):
+        try:
+            res = run_overhead(base, cfg, out_dir, overwrite=overwrite)
+        except RuntimeError as exc:
+            console.line(f"error: {exc}")
+            raise typer.Exit(int(ExitStatus.RUN_FAILED)) from None
+    if as_json:
+        print(json.dumps(res.summary))
+        return
+    console.out().print(overhead_table(res.summary, res.meta))
+    console.out().print(f"output: {out_dir}/overhead.csv  (launch wall {res.meta['wall_s']:.0f} s)")
+
+
+def overhead_table(rows: list[dict], meta: dict) -> Table:
+    """Terminal table of the overhead summary."""
+    from rich.table import Table
+
+    tab = Table(title=f"steady-state overhead: {meta['workload']} x{meta['world_size']}, "
+                      f"{meta['repeats']} repeats of {meta['segment_steps']}-step segments")
+    for c in ("strategy", "step s (median)", "overhead % (median)", "IQR %", "min..max %",
+              "CPU-time % [min..max]", "runtime/step", "verdict"):
+        tab.add_column(c, justify="left" if c in ("strategy", "verdict") else "right")
+    for r in rows:
+        pct_of_step = (r["rt_us"] / 1e6 / r["step_s"] * 100) if r["rt_us"] and r["step_s"] else None
+        verdict = ("baseline" if r["strategy"] == "none" else
+                   "noise (A/A)" if r["strategy"] == "none-aa" else
+                   "within noise" if r["within_noise"] else
+                   "slower" if r["overhead_pct"] > 0 else "faster")
+        name = "none (A/A control)" if r["strategy"] == "none-aa" else r["strategy"]
+        tab.add_row(name, f"{r['step_s']:.4f}", f"{r['overhead_pct']:+.2f}",
+                    f"[{r['overhead_pct_q25']:+.2f}, {r['overhead_pct_q75']:+.2f}]",
+                    f"[{r['overhead_pct_min']:+.2f}, {r['overhead_pct_max']:+.2f}]",
+                    "-" if r.get("cpu_overhead_pct") is None else
+                    f"{r['cpu_overhead_pct']:+.2f} [{r['cpu_overhead_pct_min']:+.2f}, "
+                    f"{r['cpu_overhead_pct_max']:+.2f}]",
+                    f"{cell(r['rt_us'], 0)} us ({cell(pct_of_step, 3)}%)", verdict)
+    return tab

@@ -1,0 +1,29 @@
+"""``jitbench report``: an HTML and a markdown report of a sweep, run or overhead directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from jitbench.cli import console
+
+
+def report(
+    directory: Annotated[Path, typer.Argument(help="A sweep directory (results.parquet), "
+                                                   "a run directory, or an overhead "
+                                                   "directory.")],
+    overhead_dir: Annotated[Path | None, typer.Option(
+        "--overhead", help="An overhead directory (overhead.csv) to include.")] = None,
+    out_path: Annotated[Path | None, typer.Option(
+        "--out", help="HTML file (default DIR/report.html; markdown beside it).")] = None,
+    max_timelines: Annotated[int, typer.Option(help="Timelines drawn at most.")] = 16,
+) -> None:
+    """Write an HTML and a markdown report for DIR.
+
+    The HTML is one self-contained file (plots inline, no network)."""
+    from jitbench.reports.html import write_report
+
+    html, md = write_report(directory, out_path, overhead_dir, max_timelines=max_timelines)
+    console.out().print(f"report: {html}\nmarkdown: {md}")

@@ -1,0 +1,77 @@
+"""``jitbench validate``: the model's predicted wasted GPU time against the measured one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from jitbench.cli import console
+from jitbench.cli.options import JsonRows
+from jitbench.errors import ExitStatus, InputError
+
+
+def validate(
+    results: Annotated[Path, typer.Argument(help="A results directory (records.csv and "
+                                                 "failures.csv below it) or a records table.")],
+    strict: Annotated[bool, typer.Option(help="Exit 4 when a group is outside the "
+                                              "tolerance.")] = False,
+    csv_path: Annotated[Path | None, typer.Option("--csv", help="Also write the table as "
+                                                  "CSV here.")] = None,
+    as_json: JsonRows = False,
+) -> None:
+    """Model-predicted vs measured wasted GPU time.
+
+    For the measured fault campaigns of RESULTS (a sweep with Poisson faults)."""
+    from jitbench.reports.validate import load_results, validation_table
+
+    try:
+        runs, failures = load_results(results)
+    except (FileNotFoundError, ValueError, OSError) as exc:
+        msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InputError(msg if str(results) in msg else f"{results}: {msg}") from None
+    table = validation_table(runs, failures)
+    if table.empty:
+        raise InputError(f"{results}: no run with a failure to validate against")
+    if csv_path is not None:
+        try:
+            table.to_csv(csv_path, index=False)
+        except OSError as exc:
+            raise InputError(f"--csv: cannot write {csv_path}: {exc.strerror or exc}") from None
+    if as_json:
+        print(table.to_json(orient="records"))
+    else:
+        console.out().print(_table(table))
+    if strict and not table["within_tolerance"].all():
+        raise typer.Exit(int(ExitStatus.INCORRECT))
+
+
+_LABELS = {"workload": "workload", "strategy": "strategy", "fault": "fault", "runs": "runs",
+           "failures": "fails", "measured_wasted_gpu_s": "meas.",
+           "predicted_wasted_gpu_s": "pred.", "error_pct": "err %"}
+
+
+def _table(table):
+    """Terminal table of the validation: 8 columns, fits 80 wide (--csv/--json keep all)."""
+    from rich import box
+    from rich.table import Table
+
+    from jitbench.reports.validate import TOLERANCE_PCT
+
+    ok = int(table["within_tolerance"].sum())
+    sources = sorted(set(map(str, table.get("phases_from", []))))
+    t = Table(title=f"model vs measured wasted GPU-s (tolerance {TOLERANCE_PCT:.0f}%)",
+              caption=f"{ok} of {len(table)} groups within {TOLERANCE_PCT:.0f}%; phase "
+                      f"costs from {', '.join(sources)} (--csv/--json: every column)",
+              box=box.SIMPLE_HEAD, pad_edge=False)
+    cols = [c for c in table.columns if c in _LABELS]
+    for col in cols:
+        t.add_column(_LABELS[col], no_wrap=True,
+                     justify="left" if col in ("workload", "strategy", "fault") else "right")
+    for _, row in table.iterrows():
+        cells = [f"{row[c]:.2f}" if isinstance(row[c], float) else str(row[c]) for c in cols]
+        if not row["within_tolerance"]:
+            cells[-1] += " !"
+        t.add_row(*cells)
+    return t
