@@ -42,18 +42,6 @@ def _options(debug: Annotated[bool, typer.Option(help="Show tracebacks of intern
     _debug["on"] = debug
 
 
-def _legacy_input_errors() -> tuple[type[BaseException], ...]:
-    """Input errors of modules that do not yet raise :mod:`jitbench.errors`' classes
-    (exit 2), looked up only where already imported (no torch for light commands)."""
-    found = []
-    for module, name in (("jitbench.harness.spec", "SpecError"),
-                         ("jitbench.workloads.base", "DataError")):
-        cls = getattr(sys.modules.get(module), name, None)
-        if isinstance(cls, type) and not issubclass(cls, JitbenchError):
-            found.append(cls)
-    return tuple(found)
-
-
 def _on_sigterm(signum, frame) -> None:
     raise KeyboardInterrupt
 
@@ -83,9 +71,6 @@ def main() -> None:
     except SystemExit:
         raise
     except Exception as exc:  # noqa: BLE001
-        if isinstance(exc, _legacy_input_errors()):
-            line(f"error: {exc}")
-            sys.exit(int(ExitStatus.INPUT))
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):  # usage errors
             ctx = getattr(exc, "ctx", None)
             hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""

@@ -10,10 +10,12 @@ from jitbench.cli.options import JsonRows
 
 def faults(as_json: JsonRows = False) -> None:
     """List every fault with a one-line description."""
-    from jitbench.cli.fault_catalog import ROWS
+    from jitbench.faults import catalog
+
+    rows = catalog()
 
     if as_json:
-        print(json.dumps(ROWS))
+        print(json.dumps(rows))
         return
     from rich.table import Table
 
@@ -21,7 +23,7 @@ def faults(as_json: JsonRows = False) -> None:
     for col in ("name", "family", "fires", "summary", "parameters"):
         # names and parameters are typed back on the command line: never cut
         t.add_column(col, no_wrap=col in ("name", "family", "fires"), overflow="fold")
-    for r in ROWS:
+    for r in rows:
         t.add_row(r["name"], r["family"], r["point"], r["summary"],
                   " ".join(f"{k}={v['default']}" for k, v in r["params"].items()))
     console.out().print(t)

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from jitbench.cli import console
-from jitbench.errors import ExitStatus, SpecError
+from jitbench.errors import ExitStatus, IncomparableError, SpecError
 
 
 def gate(
@@ -36,14 +36,14 @@ def gate(
     for flag, v in (("--tolerance", tolerance), ("--floor-s", floor_s)):
         if not (math.isfinite(v) and v >= 0):
             raise SpecError(f"{flag} must be a finite number >= 0, got {v}")
-    from jitbench.harness.sweep import load_results
+    from jitbench.records import load_results
     from jitbench.reports import gate as g
 
     base_t, new_t = load_results(baseline), load_results(results)
     try:
         verdict = g.compare(base_t, new_t, tolerance=tolerance, floor_s=floor_s,
                             strict_machine=strict_machine)
-    except g.Incomparable as exc:
+    except IncomparableError as exc:
         console.line(f"error: incomparable results: {exc}")
         raise typer.Exit(int(ExitStatus.INCOMPARABLE)) from None
     if as_json:

@@ -312,40 +312,22 @@ def check_data(workload: str, data: str | None, wl: WorkloadConfig | None = None
 
 def outcome_status(s: dict, strategy: str, run_dir: Path,
                    timeout_s: float | None) -> tuple[ExitStatus, str | None]:
-    """The exit status of a finished run and the line that explains it.
+    """The exit status of a finished run (:func:`jitbench.records.verdict`) and the
+    line that explains it, with where to look. ``s`` is the run's summary; a run
+    whose planned faults partly never fired succeeds with a warning line. ``strategy``
+    is the one run (a summary names it too)."""
+    from jitbench.records import verdict
 
-    ``s`` is the run's summary. A run whose planned faults partly never fired
-    succeeds with a warning line.
-    """
-    if s.get("interrupted"):
-        return ExitStatus.INTERRUPTED, f"interrupted; records kept in {run_dir}"
-    if s.get("error_kind") in ("checkpoint", "input") and not s["completed"]:
-        return ExitStatus.INPUT, f"error: {s['error']} (records kept in {run_dir})"
-    if s.get("timed_out"):
-        return ExitStatus.RUN_FAILED, (f"error: the run was stopped after --timeout-s "
-                                       f"{timeout_s:g} s; see {run_dir / 'agent.log'}")
-    if not s["completed"]:
-        why = s.get("end_reason") or f"agent exit {s.get('agent_exit')}, {s.get('attempts')} attempts"
-        return ExitStatus.RUN_FAILED, (f"error: the job did not complete: {why}; see "
-                                       f"{run_dir / 'agent.log'}")
-    if s["state_equal"] is False:
-        return ExitStatus.INCORRECT, (f"error: final state differs from the fault-free run "
-                                      f"(max_abs_diff {s['max_abs_diff']:.3g})")
-    if strategy == "jit" and (s.get("max_replayed_steps_per_failure") or 0) > 1:
-        return ExitStatus.INCORRECT, (f"error: JIT replayed "
-                                      f"{s['max_replayed_steps_per_failure']} steps in one failure")
-    if s.get("replay_ok") is False:
-        return ExitStatus.INCORRECT, (
-            f"error: replayed {s['replayed_steps']} steps, expected "
-            f"{s['expected_replayed_steps']} (the steps since the newest committed "
-            f"checkpoint; at most 1 per failure under jit)")
-    if s.get("unfired"):
-        what = f"planned fault {', '.join(s['unfired'])} never fired (the run ended first)"
-        if not s.get("fired"):
-            return ExitStatus.RUN_FAILED, (f"error: {what}: nothing was injected, so no "
-                                           f"recovery was measured")
-        return ExitStatus.OK, f"warning: {what}"
-    return ExitStatus.OK, None
+    status, why = verdict({"strategy": strategy, **s})
+    if status == ExitStatus.OK:
+        return status, why if why.startswith("warning") else None
+    if status == ExitStatus.INTERRUPTED:
+        return status, f"interrupted; records kept in {run_dir}"
+    if status == ExitStatus.RUN_FAILED:
+        if s.get("timed_out") and timeout_s is not None:
+            why = f"the run was stopped after --timeout-s {timeout_s:g} s"
+        return status, f"error: {why}; see {run_dir / 'agent.log'}"
+    return status, f"error: {why} (records kept in {run_dir})"
 
 
 @option_groups

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -23,7 +22,7 @@ from jitbench.cli.options import (
     csv_list,
     parse_duration_s,
 )
-from jitbench.errors import ExitStatus, SpecError
+from jitbench.errors import SpecError
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -126,21 +125,13 @@ def sweep(
     if not as_json:
         console.out().print(results_table(t))
         console.out().print(f"sweep directory: {out_dir}  ({len(t)} runs, wall {res.wall_s:.0f} s)")
-    if not bool(t["completed"].all()):
-        err.print("error: some runs did not complete; see their agent.log")
-        raise typer.Exit(int(ExitStatus.RUN_FAILED))
-    if "unfired_faults" in t and bool((t["unfired_faults"].fillna(0) > 0).any()):
-        err.print("error: in some runs a planned fault never fired (see their summary.json, "
-                  "'unfired')")
-        raise typer.Exit(int(ExitStatus.RUN_FAILED))
-    bad = t[(t["state_equal"] != True) | (t["replay_ok"] != True)]  # noqa: E712
-    if len(bad):
-        for _, r in bad.iterrows():
-            print(f"error: {r['workload']} {r['strategy']} {r['fault']} r{r['repeat']}: "
-                  f"state_equal {r['state_equal']}, replayed {r['replayed_steps']} "
-                  f"(expected {r['expected_replayed_steps']})", file=sys.stderr)
-        raise typer.Exit(int(ExitStatus.INCORRECT))
+    from jitbench.records import table_verdict
 
+    status, lines = table_verdict(t)
+    for text in lines:
+        console.line(f"error: {text}")
+    if status:
+        raise typer.Exit(int(status))
 
 def results_table(t) -> Table:
     """Terminal table of a results table (one row per run; times in s)."""

@@ -8,6 +8,10 @@ of :mod:`~jitbench.faults.xid`), :mod:`~jitbench.faults.storage` (enospc, eio,
 torn-write, corrupt). :mod:`~jitbench.faults.schedule` turns schedules (at a
 step, at a time, every N steps, Poisson arrivals, TOML scenario files) into
 concrete :class:`FaultSpec` lists. :data:`FAULTS` maps the CLI name to the class.
+
+Importing this package does not import torch (the fault modules import it
+inside the functions that run in a worker), so ``jitbench faults`` and the
+spec checks stay light.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ FAULTS: dict[str, type[Fault]] = {c.name: c for c in (
     SimulateXid,
     FillFilesystem, FailStorageIo, TearWrite, CorruptCheckpoint)}
 
-__all__ = ["FAULTS", "Fault", "FaultSpec", "Injector", "Param", "make_fault"]
+__all__ = ["FAULTS", "Fault", "FaultSpec", "Injector", "Param", "catalog", "make_fault"]
 
 
 def make_fault(spec: FaultSpec) -> Fault:
@@ -52,3 +56,19 @@ def make_fault(spec: FaultSpec) -> Fault:
         raise ValueError(f"unknown fault {spec.kind!r}; one of {', '.join(sorted(FAULTS))}"
                          ) from None
     return cls(spec)
+
+
+def catalog() -> list[dict]:
+    """Every fault kind as plain data (``jitbench faults``), ordered by family then name.
+
+    Each row: ``name``, ``family``, ``point`` (where it fires), ``recoverable``,
+    ``fails_job``, ``summary`` and ``params`` (name -> type, default, doc).
+    """
+    from jitbench.faults.base import FAMILIES
+
+    order = sorted(FAULTS.items(), key=lambda kv: (FAMILIES.index(kv[1].family), kv[0]))
+    return [{"name": n, "family": c.family, "point": c.point, "recoverable": c.recoverable,
+             "fails_job": c.fails_job, "summary": c.summary,
+             "params": {k: {"type": p.type.__name__, "default": p.default, "doc": p.doc}
+                        for k, p in c.all_params().items()}}
+            for n, c in order]

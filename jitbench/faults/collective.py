@@ -59,11 +59,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import timedelta
 from typing import Any
-
-import torch
-import torch.distributed as dist
 
 from jitbench.faults.base import Fault, FaultSpec, Param
 
@@ -131,11 +127,6 @@ def collective_timeouts(plan: list[Fault], fired_ids: set[str]) -> dict[int, flo
     return out
 
 
-def op_timeout(timeout_s: float | None) -> timedelta | None:
-    """A per-operation timeout for gloo/NCCL collective options (None: the group's)."""
-    return None if timeout_s is None else timedelta(seconds=timeout_s)
-
-
 class DesyncCollective(Fault):
     """Post a collective the peers do not post (``extra``) or a wrong-sized one (``size``)."""
 
@@ -151,6 +142,9 @@ class DesyncCollective(Fault):
     }
 
     def fire(self, ctx: dict[str, Any]) -> None:
+        import torch  # in the worker only: listing faults needs no torch
+        import torch.distributed as dist
+
         if self.p["mode"] == "extra":
             dist.all_reduce(torch.ones(self.p["numel"]))
             return

@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from jitbench.faults.base import Fault, FaultSpec, Injector, Param
-from jitbench.runtime import checkpoint as ckpt
+from jitbench.runtime import ckpt_format as ckpt
 
 _STEP_RE = re.compile(r"_step(\d{8})_rank")
 
@@ -287,7 +287,9 @@ class CorruptCheckpoint(Fault):
         return _needs_checkpoints(cls, run, spec)
 
     def event_fields(self, ctx: dict[str, Any]) -> dict:
-        parts = ckpt.list_parts(ctx["ckpt_dir"])
+        from jitbench.runtime.checkpoint import list_parts  # torch: only when it fires
+
+        parts = list_parts(ctx["ckpt_dir"])
         newest = parts[0].step if parts else None
         self._targets = [p for p in parts if p.step == newest]
         return {"corrupted": [p.path.name for p in self._targets], "corrupted_step": newest}

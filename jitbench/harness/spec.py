@@ -18,7 +18,7 @@ from jitbench.errors import ScheduleError, SpecError
 from jitbench.faults import FaultSpec
 from jitbench.faults.schedule import check_plan
 from jitbench.runtime import strategies
-from jitbench.runtime.jit import RuntimeConfig
+from jitbench.runtime.config import RuntimeConfig
 from jitbench.workloads import WORKLOADS, WorkloadConfig
 
 SPEC_VERSION = 1

@@ -36,7 +36,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from jitbench import hang
-from jitbench.errors import InputError
 from jitbench.faults import FAULTS, FaultSpec
 from jitbench.harness.spec import RunSpec, SpecError, Strategy
 from jitbench.records import RESULTS_VERSION
@@ -240,20 +239,3 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
     return SweepResult(table, sweep_dir, wall_s)
 
 
-def load_results(path: Path):
-    """:func:`jitbench.records.load_results` (the one loader), its
-    :class:`~jitbench.errors.InputError` raised as :class:`SpecError`: the
-    ``gate`` command calls this, and the CLI's ``main`` catches ``SpecError``
-    until it catches every :class:`~jitbench.errors.JitbenchError`.
-
-    Raises:
-        SpecError: missing, unreadable or not a results table (one line).
-    """
-    from jitbench import records
-
-    try:
-        return records.load_results(path)
-    except SpecError:
-        raise
-    except InputError as exc:
-        raise SpecError(str(exc)) from None

@@ -22,7 +22,7 @@ from pathlib import Path
 from markupsafe import Markup
 
 from jitbench import records
-from jitbench.errors import InputError, SpecError
+from jitbench.errors import SpecError
 from jitbench.reports.table import (
     OVERHEAD_COLUMNS,
     REPORT,
@@ -67,13 +67,9 @@ def _png(fig) -> bytes:
 def _load_table(d: Path):
     """The results of a sweep dir or the one-row records of a run dir
     (:func:`jitbench.records.load_results`); None if neither is there."""
-    table = records.find_table(d)
-    if table is None:
+    if records.find_table(d) is None:
         return None
-    try:
-        return records.load_results(d)
-    except InputError as exc:  # the CLI catches SpecError (an InputError) until it
-        raise SpecError(str(exc)) from None  # catches every JitbenchError
+    return records.load_results(d)
 
 
 def _run_dir(root: Path, recorded: str) -> Path | None:

@@ -20,9 +20,12 @@ GPU apart from the training stream, as in Gupta et al., EuroSys 2024):
 - The save (:func:`host_copy`) waits for that event on the *host*, polling
   with a timeout (a GPU that never reaches the boundary gives one clear
   error, not a thread blocked in the driver), then copies each tensor on a
-  side stream from the stream pool (created ``cudaStreamNonBlocking``, so it
-  does not synchronise with the legacy default stream) into pageable host
-  memory. Nothing waits for work queued after the boundary (the next step's
+  side stream into pageable host memory. The side stream is created with the
+  boundary events, at registration, never during a save: on an H200 (driver
+  580, torch 2.11) creating a CUDA stream while a kernel ran on the training
+  stream waited for that kernel to end, and so did allocating page-locked
+  memory, while a pageable copy on a stream made beforehand returned in 3 ms
+  (``tests/gpu/side_stream_probe.py``; ``benchmarks/gpu-2026-11-30.txt``). Nothing waits for work queued after the boundary (the next step's
   forward and backward pass and the hung all-reduce): that work only reads
   the parameters and optimizer state, which the runtime's state lock keeps
   from changing until the save has finished.
@@ -103,6 +106,9 @@ class BoundaryEvents:
     def __init__(self, devices: Iterable[torch.device]) -> None:
         self.devices = list(devices)
         self.events = {d: torch.cuda.Event() for d in self.devices}
+        self.streams = {d: torch.cuda.Stream(device=d) for d in self.devices}
+        """One side stream per device for :func:`host_copy`, made now: creating a
+        stream later may wait for a hung kernel (module docstring)."""
         self.recorded = False
 
     def mark(self) -> None:
@@ -146,8 +152,9 @@ def host_copy(state: Any, boundary: BoundaryEvents | None, timeout_s: float = 60
     Args:
         state: a nested structure of dicts, lists, tuples and tensors (a
             checkpoint state); CPU tensors are passed through, not copied.
-        boundary: the events of the boundary ``state`` belongs to; None or
-            unrecorded: no wait (the caller knows the state is complete).
+        boundary: the events of the boundary ``state`` belongs to, and the side
+            streams made with them; None or unrecorded: no wait (the caller knows
+            the state is complete; a side stream is made here).
         timeout_s: how long to wait for the boundary (s).
 
     Returns:
@@ -162,7 +169,8 @@ def host_copy(state: Any, boundary: BoundaryEvents | None, timeout_s: float = 60
         return state
     if boundary is not None:
         boundary.wait(timeout_s)
-    streams = {d: torch.cuda.Stream(device=d) for d in cuda_devices(cuda)}
+    made = boundary.streams if boundary is not None else {}
+    streams = {d: made.get(d) or torch.cuda.Stream(device=d) for d in cuda_devices(cuda)}
 
     def to_host(t: torch.Tensor) -> torch.Tensor:
         if t.device.type != "cuda":

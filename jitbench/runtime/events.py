@@ -31,8 +31,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
-
 
 def events_path(events_dir: str | os.PathLike, attempt: int, rank: int) -> Path:
     """Path of the JSONL file of one rank in one attempt (restart count)."""

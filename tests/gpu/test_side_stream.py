@@ -67,8 +67,8 @@ def test_host_copy_does_not_wait_for_a_hung_training_stream():
     assert torch.equal(out["optimizer"]["state"][0]["exp_avg"], expect["m"])
 
     # a boundary queued *behind* the spinning kernel: a clear error, no blocked thread
+    late = BoundaryEvents([dev])  # made (with its side stream) before the hang, as the runtime does
     torch.cuda._sleep(spin)
-    late = BoundaryEvents([dev])
     late.mark()
     t0 = time.monotonic()
     with pytest.raises(DeviceCopyError, match="did not finish the work of the last"):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from jitbench.benchcli import parse_duration_s
+from jitbench.cli.options import parse_duration_s
 from jitbench.harness.spec import RunSpec, SpecError, Strategy
 from jitbench.runtime import async_ckpt
 from jitbench.runtime import checkpoint as ckpt
