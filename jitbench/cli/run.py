@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from jitbench import hang
 from jitbench.cli import console
 from jitbench.cli.options import (
     Backend,
@@ -213,11 +214,11 @@ class JobOptions:
 class DetectionOptions:
     """The runtime's hang bound: ``max(floor, factor x median step time)``."""
 
-    hang_floor_s: Annotated[float, typer.Option(help="Hang bound floor (s).")] = 2.0
+    hang_floor_s: Annotated[float, typer.Option(help="Hang bound floor (s).")] = hang.FLOOR_S
     hang_factor: Annotated[float, typer.Option(
-        help="Hang bound = max(floor, factor x median step time).")] = 10.0
+        help="Hang bound = max(floor, factor x median step time).")] = hang.FACTOR
     hang_first_s: Annotated[float, typer.Option(
-        help="Hang bound before any step time is known (s).")] = 30.0
+        help="Hang bound before any step time is known (s).")] = hang.FIRST_S
 
 
 @dataclass

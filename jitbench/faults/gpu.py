@@ -81,6 +81,6 @@ def rank_probe(plan: list[FaultSpec], rank: int, device_index: int, backend: str
     else:
         probe = make_probe(device_index, fallback=SimulatedProbe)
     if events is not None:
-        events.emit("probe", source=probe.source, reason=probe.reason, device=device_index,
+        events.emit("health_probe", source=probe.source, reason=probe.reason, device=device_index,
                     durable=True)
     return probe

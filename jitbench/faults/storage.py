@@ -113,13 +113,16 @@ def _needs_checkpoints(cls: type[Fault], run: Any, spec: FaultSpec | None = None
     ``corrupt`` (which damages the newest committed checkpoint) one before its
     step; a time-triggered failing fault is given the benefit of the doubt.
     Without this check the fault never fires and the run reports a fault-free
-    recovery (found by a new-user pass).
+    recovery.
     """
-    if run.strategy == "none":
-        return f"{cls.name}: strategy none writes no checkpoints; use jit or periodic:N"
+    from jitbench.runtime.strategies import parse
+
+    writes = parse(run.strategy).entry.writes
+    if writes == "never":
+        return f"{cls.name}: strategy {run.strategy} writes no checkpoints; use jit or periodic:N"
     if spec is None:
         return None
-    if run.strategy != "jit":
+    if writes == "rank0":
         if cls.point == "write" and spec.rank != 0:  # periodic: rank 0 alone writes
             return (f"{cls.name}: under {run.strategy} only rank 0 writes checkpoints, so a "
                     f"write fault on rank {spec.rank} never fires; use --fault-rank 0")

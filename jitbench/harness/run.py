@@ -248,14 +248,17 @@ def worker_error(run_dir: Path, events: list[dict] | None = None) -> dict:
 
 def replay_ok(strategy: str, failures: list) -> bool | None:
     """The replay invariant of every failure: the restore picked the newest
-    committed checkpoint (``replayed_steps == expected_replayed_steps``), and under
-    ``jit`` it replayed at most one step. None when a failure did not recover."""
+    committed checkpoint (``replayed_steps == expected_replayed_steps``), and a
+    strategy that promises one minibatch (registry ``replay_bound``) replayed at most one. None when a failure did not recover."""
+    from jitbench.runtime.strategies import parse
+
+    one = parse(strategy).entry.replay_bound == "one"
     ok = True
     for f in failures:
         if f.replayed_steps is None:
             return None
         ok &= f.replayed_steps == f.expected_replayed_steps
-        if strategy == "jit":
+        if one:
             ok &= f.replayed_steps <= 1
     return ok
 

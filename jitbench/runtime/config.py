@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jitbench import hang
+
 __all__ = ["EXIT_FAILURE", "EXIT_FAILURE_SAVED", "RuntimeConfig"]
 
 EXIT_FAILURE_SAVED = 75
@@ -32,11 +34,11 @@ class RuntimeConfig:
     """``periodic:auto``: steps (after a start or restore) before the probe checkpoint."""
     ckpt_dir: str = "ckpt"
     """Directory of checkpoint parts (shared by all ranks)."""
-    hang_floor_s: float = 2.0
+    hang_floor_s: float = hang.FLOOR_S
     """Lower bound of the hang-detection bound (s)."""
-    hang_factor: float = 10.0
+    hang_factor: float = hang.FACTOR
     """Hang bound = max(hang_floor_s, hang_factor x median step time)."""
-    hang_first_s: float = 30.0
+    hang_first_s: float = hang.FIRST_S
     """Hang bound (s) before any step time is known (first step, warm-up)."""
     sync_bound_s: float = 120.0
     """Hang bound (s) for checkpoint barriers and the final barrier."""

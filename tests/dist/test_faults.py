@@ -177,7 +177,7 @@ def test_simulated_xid_recovers_well_under_the_hang_bound(process_run):
     a = f["attempt"]
     [gev] = events(run_dir, "gpu_event", rank=1, attempt=a)
     assert (gev["xid"], gev["fatal"], gev["source"]) == (79, True, "simulated")
-    assert events(run_dir, "probe", rank=1, attempt=a)[0]["source"] == "simulated"
+    assert events(run_dir, "health_probe", rank=1, attempt=a)[0]["source"] == "simulated"
     [own] = events(run_dir, "failure", rank=1, attempt=a)
     assert own["trigger"] == "xid" and "Xid 79" in own["reason"]
     assert events(run_dir, "notice", rank=1, attempt=a)[0]["acks"] == 1

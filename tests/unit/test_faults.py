@@ -409,7 +409,7 @@ def test_gpu_health_logs_non_fatal_and_fails_on_fatal(tmp_path):
     ev.close()
     gev = [e for e in read_events(tmp_path / "ev") if e["event"] == "gpu_event"]
     assert [(e["xid"], e["fatal"]) for e in gev] == [(63, False), (79, True)]
-    probe_ev = [e for e in read_events(tmp_path / "ev") if e["event"] == "probe"]
+    probe_ev = [e for e in read_events(tmp_path / "ev") if e["event"] == "health_probe"]
     assert probe_ev[0]["source"] == "simulated"
     gloo = rank_probe([], 0, 0, "gloo")
     assert gloo.source == "simulated" and "gloo" in gloo.reason

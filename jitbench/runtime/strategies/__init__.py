@@ -42,19 +42,24 @@ class Entry:
     """What the strategy promises to replay per failure: ``one`` (at most one
     minibatch), ``interval`` (the steps since its last checkpoint, at most N),
     ``all`` (from step 0)."""
+    writes: str = "on_failure"
+    """Who writes checkpoint files, and when: ``never``, ``rank0`` (rank 0, on its
+    schedule) or ``on_failure`` (the survivors, when a peer fails). Storage faults
+    are refused up front where they could never fire."""
 
 
 REGISTRY: dict[str, Entry] = {e.name: e for e in (
     Entry("jit", "jitbench.runtime.strategies.jit:JustInTime",
           "just-in-time checkpoint by the survivors at the failure, whole-job restart"),
     Entry("none", "jitbench.runtime.strategies.none:NoCheckpoint",
-          "no checkpoints: a failure restarts from step 0", replay_bound="all"),
+          "no checkpoints: a failure restarts from step 0", replay_bound="all",
+          writes="never"),
     Entry("periodic", "jitbench.runtime.strategies.periodic:Periodic",
           "synchronous checkpoint every N steps (periodic:auto: Young/Daly interval)",
-          interval="auto", replay_bound="interval"),
+          interval="auto", replay_bound="interval", writes="rank0"),
     Entry("periodic-async", "jitbench.runtime.strategies.periodic_async:PeriodicAsync",
           "asynchronous checkpoint (DCP async_save) every N steps", interval="required",
-          replay_bound="interval"),
+          replay_bound="interval", writes="rank0"),
 )}
 
 
