@@ -29,9 +29,12 @@ Rows (``scope``, ``phase``):
     with ``ok: false`` is a row with ``ok`` False and leaves the begin open.
 
 ``failure`` scope, one row per phase of each failure episode (``failure`` =
-0, 1, ...; an episode is an attempt in which a fault that fails the job
-fired; its first such fault starts it; faults with ``fails_job: false``,
-such as ``slow``, start none)
+0, 1, ...; an episode is an attempt, and within it a generation ``gen`` of an
+in-process-recovering job, in which a fault that fails the job fired; its
+first such fault starts it; faults with ``fails_job: false``, such as
+``slow``, start none). Recovery happens in the next attempt (a whole-job
+restart) or, when the survivors' ``membership`` decision formed a new
+generation, in that generation of the same attempt (in process)
     ``fault`` (point: ``t0 = t1`` the injection, ``rank``/``step``/``kind`` of
     the fault); ``detect`` (fault -> first ``failure`` event of a survivor, a
     rank no failing fault of the episode hit, else of any rank; ``trigger``);
@@ -43,7 +46,11 @@ such as ``slow``, start none)
     restored); ``replay`` (the slowest restore's end -> the end of the last
     step completed before the fault; ``step`` that step); ``recovery`` (fault
     -> the end, on every rank, of the first step that had not completed before
-    the fault).
+    the fault); ``stall`` (fault -> the first step end of any rank after it).
+    In process, instead of ``restart``: ``reform`` (the first ``failure`` event
+    -> the last member's ``transfer`` begin, when every member's new process
+    group was usable) and ``transfer`` (first ``transfer`` begin -> last end;
+    ``step`` the state's step).
 
 This module reads events with the runtime's reader and imports no torch.
 """
@@ -56,10 +63,11 @@ from pathlib import Path
 
 from jitbench.runtime.events import read_events as _read_events
 
-__all__ = ["COLUMNS", "PHASES_FILE", "clock", "derive", "load", "read_events", "write"]
+__all__ = ["COLUMNS", "PHASES_FILE", "clock", "derive", "episode_events", "gen_of", "load",
+           "read_events", "write"]
 
 PHASES_FILE = "phases.parquet"
-COLUMNS = ("scope", "phase", "failure", "attempt", "rank", "kind", "step", "part", "ok",
+COLUMNS = ("scope", "phase", "failure", "attempt", "gen", "rank", "kind", "step", "part", "ok",
            "trigger", "t0", "t1", "dur_s", "clock")
 """Columns of the phases table (see the module docstring)."""
 SPANS = ("step", "save", "restore", "init", "stage", "probe")
@@ -80,7 +88,8 @@ def _row(scope: str, phase: str, t0: float | None, t1: float | None, **kw) -> di
     dur = kw.pop("dur_s", None)
     if dur is None and t0 is not None and t1 is not None:
         dur = t1 - t0
-    return {"scope": scope, "phase": phase, "failure": None, "attempt": None, "rank": None,
+    return {"scope": scope, "phase": phase, "failure": None, "attempt": None, "gen": None,
+            "rank": None,
             "kind": None, "step": None, "part": None, "ok": True, "trigger": None,
             "t0": t0, "t1": t1, "dur_s": dur, **kw}
 
@@ -92,18 +101,20 @@ def _spans(evs: list[dict], key: str) -> list[dict]:
         name = e["event"]
         if name == "fault":
             out.append(_row("rank", "fault", e[key], e[key], dur_s=0.0, attempt=e["attempt"],
-                            rank=e["rank"], kind=e.get("kind"), step=e.get("step")))
+                            gen=gen_of(e), rank=e["rank"], kind=e.get("kind"),
+                            step=e.get("step")))
             continue
         if name not in SPANS:
             continue
-        k = (e["attempt"], e["rank"], name, e.get("kind") if name == "save" else None)
+        k = (e["attempt"], e["rank"], e.get("pid"), name, e.get("kind") if name == "save" else None)
         if e["phase"] == "begin":
             open_[k] = e
         elif e["phase"] == "end":
             ok = bool(e.get("ok", True))
             begin = open_.pop(k, None) if ok else open_.get(k)
             t0 = begin[key] if begin is not None else None
-            row = _row("rank", name, t0, e[key], attempt=e["attempt"], rank=e["rank"],
+            row = _row("rank", name, t0, e[key], attempt=e["attempt"], gen=gen_of(e),
+                       rank=e["rank"],
                        kind=e.get("kind") if name == "save" else None, step=e.get("step"),
                        part=e.get("part"), ok=ok)
             if name == "step":
@@ -111,8 +122,8 @@ def _spans(evs: list[dict], key: str) -> list[dict]:
             out.append(row)
     for b in open_.values():  # begun, never ended (a killed rank's step)
         if b["event"] == "step":
-            out.append(_row("rank", "step", b[key], None, attempt=b["attempt"], rank=b["rank"],
-                            step=b.get("step"), ok=False))
+            out.append(_row("rank", "step", b[key], None, attempt=b["attempt"], gen=gen_of(b),
+                            rank=b["rank"], step=b.get("step"), ok=False))
     return out
 
 
@@ -123,33 +134,58 @@ def _slowest(rows: list[dict]) -> dict | None:
     return max(done, key=lambda r: r["dur_s"]) if done else None
 
 
+def gen_of(e: dict) -> int:
+    """The generation of an event (0 for jobs that never recovered in process)."""
+    return int(e.get("gen") or 0)
+
+
+def episode_events(evs: list[dict], fault: dict, key: str = "t_mono"
+                   ) -> tuple[list[dict], list[dict], bool]:
+    """``(cur, nxt, in_process)`` for the failure episode started by ``fault``: the
+    events of its attempt and generation, and those of the attempt or generation
+    it recovered in (``in_process``: the survivors' ``membership`` decision, with
+    no fallback, formed a new generation of the same attempt)."""
+    a, g = fault["attempt"], gen_of(fault)
+    cur = [e for e in evs if e["attempt"] == a and gen_of(e) == g]
+    decided = [e for e in cur if e["event"] == "membership" and e["phase"] == "end"
+               and e.get("fallback") is None and e.get("new_gen") is not None
+               and e[key] >= fault[key]]
+    if decided:
+        new = int(decided[0]["new_gen"])
+        return cur, [e for e in evs if e["attempt"] == a and gen_of(e) == new], True
+    return cur, [e for e in evs if e["attempt"] == a + 1], False
+
+
 def _episodes(evs: list[dict], key: str, spans: list[dict], world_size: int) -> list[dict]:
-    by_attempt: dict[int, list[dict]] = defaultdict(list)
-    for e in evs:
-        by_attempt[e["attempt"]].append(e)
     rows: list[dict] = []
     failing = [e for e in evs if e["event"] == "fault" and e.get("fails_job", True)]
-    seen: set[int] = set()
+    seen: set[tuple[int, int]] = set()
+    ends_after: list[dict] = [e for e in evs if e["event"] == "step" and e["phase"] == "end"]
     for fault in failing:
-        a = fault["attempt"]
-        if a in seen:
-            continue  # a second fault in the same attempt is part of the same episode
-        seen.add(a)
+        a, g = fault["attempt"], gen_of(fault)
+        if (a, g) in seen:
+            continue  # a second fault in the same attempt and generation: the same episode
+        seen.add((a, g))
         i = len(seen) - 1
-        cur, nxt = by_attempt[a], by_attempt.get(a + 1, [])
+        cur, nxt, in_process = episode_events(evs, fault, key)
         tf = fault[key]
-        ep = {"failure": i, "attempt": a}
+        ep = {"failure": i, "attempt": a, "gen": g}
         rows.append(_row("failure", "fault", tf, tf, dur_s=0.0, rank=fault["rank"],
-                         kind=fault["kind"], step=fault["step"], failure=i, attempt=a))
-        hit = {e["rank"] for e in failing if e["attempt"] == a}
+                         kind=fault["kind"], step=fault["step"], **ep))
+        hit = {e["rank"] for e in failing if e["attempt"] == a and gen_of(e) == g}
         fails = [e for e in cur if e["event"] == "failure" and e[key] >= tf]
         fails = [e for e in fails if e["rank"] not in hit] or fails
         if fails:
             first = min(fails, key=lambda e: e[key])
             rows.append(_row("failure", "detect", tf, first[key], rank=first["rank"],
                              trigger=first.get("trigger"), **ep))
-        mine = [r for r in spans if r["attempt"] == a and r["phase"] == "save"]
-        save = _slowest([r for r in mine if r["kind"] == "jit"])
+        later = [e[key] for e in ends_after if e[key] > tf]
+        if later:
+            rows.append(_row("failure", "stall", tf, min(later), **ep))
+        mine = [r for r in spans if r["attempt"] == a and r["phase"] == "save"
+                and (not in_process or r["t0"] is None or r["t0"] >= tf or r["gen"] == g)]
+        save = _slowest([r for r in mine if r["kind"] == "jit"
+                         and (not in_process or (r["t0"] is not None and r["t0"] >= tf))])
         if save is None:
             before = sorted((r for r in mine if r["kind"] in ("periodic", "async") and r["ok"]
                              and r["t0"] is not None and r["t1"] <= tf),
@@ -160,15 +196,27 @@ def _episodes(evs: list[dict], key: str, spans: list[dict], world_size: int) -> 
                          kind=save["kind"], step=save["step"], part=save["part"], **ep))
         if not nxt:
             continue
-        old_gone = max(e[key] for e in cur)
-        inits = [e for e in nxt if e["event"] == "init" and e["phase"] == "end"]
-        if inits:
-            rows.append(_row("failure", "restart", old_gone, max(e[key] for e in inits),
-                             ok=len({e["rank"] for e in inits}) == world_size, **ep))
+        if in_process:
+            t_fail = min(e[key] for e in fails) if fails else tf
+            tb = [e[key] for e in nxt if e["event"] == "transfer" and e["phase"] == "begin"]
+            te = [e[key] for e in nxt if e["event"] == "transfer" and e["phase"] == "end"]
+            if tb:
+                rows.append(_row("failure", "reform", t_fail, max(tb), **ep))
+            if tb and te:
+                rows.append(_row("failure", "transfer", min(tb), max(te), **ep))
+        else:
+            old_gone = max(e[key] for e in cur)
+            inits = [e for e in nxt if e["event"] == "init" and e["phase"] == "end"]
+            if inits:
+                rows.append(_row("failure", "restart", old_gone, max(e[key] for e in inits),
+                                 ok=len({e["rank"] for e in inits}) == world_size, **ep))
         rend = [e for e in nxt if e["event"] == "restore" and e["phase"] == "end"]
         if not rend:
             continue
-        slow = _slowest([r for r in spans if r["attempt"] == a + 1 and r["phase"] == "restore"])
+        gens = {gen_of(e) for e in nxt}
+        slow = _slowest([r for r in spans if r["phase"] == "restore" and (
+            (in_process and r["attempt"] == a and r["gen"] in gens)
+            or (not in_process and r["attempt"] == a + 1))])
         t_rest = max(e[key] for e in rend)
         rows.append(_row("failure", "restore", slow["t0"] if slow else None,
                          slow["t1"] if slow else None, rank=slow["rank"] if slow else None,

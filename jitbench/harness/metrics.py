@@ -31,6 +31,14 @@ first such fault; faults marked ``fails_job: false`` in their event, such as
   last checkpoint, ``none`` everything, ``jit`` the steps since its JIT save).
 - ``recovery_s``: fault -> the end (all ranks) of the first step that had not
   completed before the fault.
+- ``stall_s``: fault -> the first step completed by *any* rank after the fault
+  (differs from ``recovery_s`` for systems whose survivors go on with fewer
+  replicas).
+- In-process recovery (``jit-inprocess``) has no ``restart_s``; instead
+  ``reform_s`` (survivors leave the failed collective -> every member's new
+  process group usable) and ``transfer_s`` (the boundary state sent from a
+  healthy replica to the others); its ``restore_s`` is the adoption of that
+  state.
 - ``wasted_gpu_s``: ``world_size x (recovery_s + lost_partial_s - step_s)``,
   where ``lost_partial_s`` is the interrupted step's time before the fault and
   ``step_s`` the median fault-free step time: GPU-seconds not spent on new
@@ -79,6 +87,11 @@ class FailureMetrics:
     replayed_gpu_steps: int | None = None
     replay_s: float | None = None
     recovery_s: float | None = None
+    stall_s: float | None = None
+    reform_s: float | None = None
+    transfer_s: float | None = None
+    in_process: bool = False
+    """Recovered without restarting the survivors (a new generation, same attempt)."""
     lost_partial_s: float | None = None
     wasted_gpu_s: float | None = None
     skipped_parts: list = field(default_factory=list)
@@ -165,16 +178,23 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
     for i in sorted(episodes):
         ep = episodes[i]
         f0 = ep["fault"]
-        a = int(f0["attempt"])
-        cur = [e for e in evs if e["attempt"] == a]
-        nxt = [e for e in evs if e["attempt"] == a + 1]
+        a, g = int(f0["attempt"]), int(_val(f0.get("gen")) or 0)
+        fault_ev = next(e for e in failing if e["attempt"] == a and phases.gen_of(e) == g)
+        cur, nxt, in_process = phases.episode_events(evs, fault_ev, phases.clock(evs))
         fm = FailureMetrics(f0["kind"], _int(f0["rank"]), _int(f0["step"]), a)
-        fm.fault_ranks = sorted({e["rank"] for e in failing if e["attempt"] == a})
+        fm.in_process = in_process
+        fm.fault_ranks = sorted({e["rank"] for e in failing if e["attempt"] == a
+                                 and phases.gen_of(e) == g})
+        for name in ("stall", "reform", "transfer"):
+            if name in ep:
+                setattr(fm, f"{name}_s", _val(ep[name]["dur_s"]))
         if "detect" in ep:
             fm.detect_s, fm.trigger = _val(ep["detect"]["dur_s"]), _val(ep["detect"]["trigger"])
         fm.save_s = _val(ep["save"]["dur_s"])
+        clock = phases.clock(evs)
         commits = [(e["step"], e.get("part")) for e in evs if e["attempt"] <= a
-                   and e["event"] == "save" and e["phase"] == "end" and e.get("ok", True)]
+                   and e["event"] == "save" and e["phase"] == "end" and e.get("ok", True)
+                   and not (in_process and e[clock] > f0["t0"])]
         fm.completed_before = max((e["step"] for e in cur if e["event"] == "step"
                                    and e["phase"] == "end"), default=0)
         rend = [e for e in nxt if e["event"] == "restore" and e["phase"] == "end"]
@@ -182,8 +202,15 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
         fm.last_commit_step = max((st for st, part in commits if part not in invalid),
                                   default=None)
         fm.expected_replayed_steps = max(0, fm.completed_before - (fm.last_commit_step or 0))
+        if in_process:  # the state came from a replica, not from disk
+            decided = [e for e in cur if e["event"] == "membership" and e["phase"] == "end"
+                       and e.get("resume_step") is not None]
+            if decided:
+                fm.expected_replayed_steps = max(0, fm.completed_before
+                                                 - int(decided[0]["resume_step"]))
         begins = [r for r in rows if r["scope"] == "rank" and r["phase"] == "step"
-                  and r["attempt"] == a and r["rank"] == f0["rank"]
+                  and r["attempt"] == a and int(_val(r.get("gen")) or 0) == g
+                  and r["rank"] == f0["rank"]
                   and r["step"] == f0["step"] and _val(r["t0"]) is not None]
         if begins:
             fm.lost_partial_s = max(0.0, f0["t0"] - max(r["t0"] for r in begins))

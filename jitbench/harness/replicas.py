@@ -78,7 +78,7 @@ def launch_replicas(spec: RunSpec, run_dir: Path, progress: Callable[[dict], Non
     env[ENV_MEMBERS] = f"127.0.0.1:{store.port}"
     if spec.backend == "nccl":
         env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    slots = spec.world_size + spec.spares
+    slots = spec.world_size + spec.hot_spares
     t0 = time.monotonic()
     interrupted = timed_out = False
     procs: list[subprocess.Popen] = []

@@ -146,9 +146,17 @@ def code_version() -> str:
 
 def execute(spec: RunSpec, run_dir: Path, progress: Callable[[dict], None] | None = None,
             timeout_s: float | None = None) -> LaunchResult:
-    """Write the spec into ``run_dir`` and run it through the elastic agent."""
+    """Write the spec into ``run_dir`` and run it with the strategy's launcher: the
+    elastic agent (whole-job restarts), or one agent per replica plus spares
+    (:mod:`jitbench.harness.replicas`, in-process recovery)."""
+    from jitbench.runtime.strategies import parse
+
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "spec.json").write_text(spec.to_json())
+    if parse(spec.strategy).entry.launcher == "replicas":
+        from jitbench.harness.replicas import launch_replicas
+
+        return launch_replicas(spec, run_dir, progress, timeout_s)
     return launch(spec, run_dir, progress, timeout_s)
 
 
@@ -172,7 +180,8 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
                      "agent_exit": res.returncode, "interrupted": res.interrupted,
                      "wall_s": res.wall_s}
     fails = m.failures
-    for k in ("detect_s", "save_s", "restart_s", "restore_s", "recovery_s", "replay_s"):
+    for k in ("detect_s", "save_s", "restart_s", "restore_s", "recovery_s", "replay_s", "stall_s",
+              "reform_s", "transfer_s"):
         vals = [getattr(f, k) for f in fails if getattr(f, k) is not None]
         summary[k] = sum(vals) / len(vals) if vals else None
     summary["replayed_steps"] = m.replayed_steps

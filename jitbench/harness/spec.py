@@ -84,7 +84,11 @@ class RunSpec:
     backend: str = "gloo"
     """``gloo`` (CPU) or ``nccl`` (one GPU per rank)."""
     max_restarts: int = 3
-    """Elastic agent's restart budget (restarts of the whole worker group)."""
+    """Elastic agent's restart budget (restarts of the whole worker group; under
+    ``jit-inprocess`` each replica's agent has its own)."""
+    spares: int | None = None
+    """Hot spares waiting to replace a failed rank (``jit-inprocess``: default 1;
+    other strategies: none). 0: the failed rank's own agent restarts it."""
     deterministic_reduce: bool = True
     """Average gradients with the rank-ordered all-gather hook (bitwise across restarts)."""
     hang_floor_s: float = hang.FLOOR_S
@@ -114,6 +118,15 @@ class RunSpec:
     @property
     def steps(self) -> int:
         return self.workload.steps
+
+    @property
+    def hot_spares(self) -> int:
+        """Spares the launcher starts (``spares``, or 1 under a replicas launcher)."""
+        from jitbench.runtime.strategies import parse
+
+        if parse(self.strategy).entry.launcher != "replicas":
+            return 0
+        return 1 if self.spares is None else self.spares
 
     @property
     def world_size(self) -> int:
@@ -161,6 +174,15 @@ class RunSpec:
             raise SpecError(f"--nproc must be >= 1, got {self.nproc}")
         if self.nnodes < 1:
             raise SpecError(f"--nnodes must be >= 1, got {self.nnodes}")
+        if self.spares is not None:
+            if st.entry.launcher != "replicas" and self.spares:
+                raise SpecError(f"--spares applies to strategies that replace a failed rank "
+                                f"in process (jit-inprocess), not {self.strategy}")
+            if self.spares < 0:
+                raise SpecError(f"--spares must be >= 0, got {self.spares}")
+        if st.entry.launcher == "replicas" and self.nnodes > 1:
+            raise SpecError(f"{self.strategy} runs on one node for now (its membership store "
+                            "binds the loopback address); use jit for several nodes")
         if self.nnodes > 1 and not self.rdzv_endpoint:
             raise SpecError("several nodes need --rdzv-endpoint HOST:PORT")
         if self.rdzv_endpoint and not re.fullmatch(r"[\w.\-\[\]:]+:\d+", self.rdzv_endpoint):

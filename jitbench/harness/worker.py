@@ -41,6 +41,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from jitbench.faults.attach import attach
 from jitbench.harness.launch import die_with_parent
+from jitbench.harness.replicas import ENV_MEMBERS
 from jitbench.harness.segments import apply_segment
 from jitbench.harness.spec import RunSpec
 from jitbench.runtime import reduce
@@ -79,10 +80,113 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+class _Job:
+    """What one worker process trains with (built once, before it knows whether it
+    starts as a rank or waits as a spare)."""
+
+    def __init__(self, spec: RunSpec, run_dir: Path, rt: Runtime, events: EventLog,
+                 rank: int, world: int, local_rank: int) -> None:
+        self.spec, self.run_dir, self.rt, self.events = spec, run_dir, rt, events
+        self.local_rank = local_rank
+        torch.set_num_threads(spec.threads_per_rank)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        if spec.backend == "nccl":
+            torch.cuda.set_device(local_rank)
+            self.device = torch.device("cuda", local_rank)
+        else:
+            self.device = torch.device("cpu")
+        _seed_everything(spec.workload.seed)
+        try:
+            self.wl = build_workload(spec.workload, rank, world, self.device)
+        except (DataError, ValueError) as exc:
+            _give_up(events, EXIT_BAD_INPUT, "workload", exc)
+        self.has_buffers = any(b.numel() for b in self.wl.model.buffers())
+        self.model: DDP | None = None
+        self.faults = None
+        rt.register(self.wl.model, self.wl.optimizer, self.wl.scheduler, scaler=self.wl.scaler,
+                    data_state=self.wl.data_state, load_data=self.wl.load_data_state)
+
+    def attach_faults(self, rank: int, attempt: int, world: int, notice_store) -> None:
+        self.faults = attach(self.rt, self.spec.faults, rank=rank, attempt=attempt,
+                             world_size=world, device_index=self.local_rank,
+                             backend=self.spec.backend, seed=self.spec.workload.seed,
+                             run_dir=self.run_dir, ckpt_dir=self.rt.config.ckpt_dir,
+                             events=self.events, notice_store=notice_store)
+
+    def wrap(self) -> None:
+        """(Re-)wrap the model in DDP on the current default process group, with the
+        gradient hook that injects collective faults and marks the posted collective."""
+        spec, faults, rt = self.spec, self.faults, self.rt
+        # Buffers are broadcast once per step by reduce.broadcast_buffers (train), so
+        # that every iteration boundary holds rank 0's buffers on every rank.
+        self.model = DDP(self.wl.model,
+                         device_ids=[self.local_rank] if spec.backend == "nccl" else None,
+                         **reduce.no_forward_buffer_sync())
+        hook = reduce.ordered_allreduce_hook if spec.deterministic_reduce else reduce.allreduce_hook
+        op = "all_gather" if spec.deterministic_reduce else "all_reduce"
+        first_bucket = {"step": -1}
+        injector = faults.injector
+
+        def comm_hook(state, bucket):
+            step = injector.step
+            if first_bucket["step"] != step:  # first bucket of this step's all-reduce
+                first_bucket["step"] = step
+                injector.at("collective", step, numel=bucket.buffer().numel(), op=op)
+                rt.mark_collective(step)
+            return hook(state, bucket, timeout_s=faults.collective_timeouts.get(step))
+
+        self.model.register_comm_hook(None, comm_hook)
+
+    def train(self, first: int) -> None:
+        """Steps ``first .. spec.steps`` (a step recovered in process is run again)."""
+        spec, rt, wl, injector = self.spec, self.rt, self.wl, self.faults.injector
+        accum = spec.workload.grad_accum
+        scaler = wl.scaler
+        for step in rt.steps(first, spec.steps):
+            if spec.segments:
+                apply_segment(rt, spec, step, self.events)
+            with rt.step(step) as info:
+                model = self.model  # re-wrapped after an in-process recovery
+                info["rng"] = rng_digest()  # after the deferred RNG restore, before any draw
+                injector.step = step
+                injector.at("step", step)
+                ids: list[int] = []
+                micros: list[int] = []
+                loss_sum = 0.0
+                for micro in range(accum):
+                    injector.at(f"micro:{micro}", step)
+                    batch = wl.batch(step, micro)
+                    ids.extend(batch.sample_ids)
+                    micros.append((step - 1) * accum + micro)
+                    # gradients are all-reduced only in the window's last backward
+                    with model.no_sync() if micro < accum - 1 else contextlib.nullcontext():
+                        loss = wl.loss(model, batch) / accum
+                        (scaler.scale(loss) if scaler is not None else loss).backward()
+                    loss_sum += loss.item()
+                if self.has_buffers:  # before the optimizer step: a hang here leaves a
+                    reduce.broadcast_buffers(wl.model)  # consistent state
+                if scaler is not None:
+                    scaler.step(wl.optimizer)  # skipped (no optimizer step) if a gradient overflowed
+                    scaler.update()
+                    info["scale"] = scaler.get_scale() if scaler.is_enabled() else None
+                else:
+                    wl.optimizer.step()
+                wl.optimizer.zero_grad(set_to_none=True)
+                wl.scheduler.step()
+                info.update(loss=loss_sum, lr=wl.scheduler.get_last_lr()[0], sample_ids=ids,
+                            micro=micros)
+
+    def finish(self) -> None:
+        self.rt.finish(str(self.run_dir / "final" / "state.pt")
+                       if self.spec.save_final_state else None)
+
+
 def main(argv: list[str]) -> int:
     die_with_parent()  # the agent gone (SIGKILLed): SIGTERM us, so we save and exit
     run_dir = Path(argv[0])
     spec = RunSpec.load(run_dir / "spec.json")
+    if os.environ.get(ENV_MEMBERS):
+        return main_inprocess(run_dir, spec)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
@@ -92,86 +196,102 @@ def main(argv: list[str]) -> int:
     rt = Runtime(spec.runtime_config(spec.ckpt_dir or str(run_dir / "ckpt")), events, rank, world)
 
     events.emit("init", "begin")
-    torch.set_num_threads(spec.threads_per_rank)
-    torch.use_deterministic_algorithms(True, warn_only=True)
     if spec.backend == "nccl":
         torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
     dist.init_process_group(spec.backend, store=_store(attempt, spec.pg_timeout_s), rank=rank,
                             world_size=world, timeout=timedelta(seconds=spec.pg_timeout_s))
-    _seed_everything(spec.workload.seed)
-    try:
-        wl = build_workload(spec.workload, rank, world, device)
-    except (DataError, ValueError) as exc:
-        _give_up(events, EXIT_BAD_INPUT, "workload", exc)
-    # Buffers are broadcast once per step by reduce.broadcast_buffers (below), so
-    # that every iteration boundary holds rank 0's buffers on every rank.
-    model = DDP(wl.model, device_ids=[local_rank] if spec.backend == "nccl" else None,
-                **reduce.no_forward_buffer_sync())
-    has_buffers = any(b.numel() for b in wl.model.buffers())
-    faults = attach(rt, spec.faults, rank=rank, attempt=attempt, world_size=world,
-                    device_index=local_rank, backend=spec.backend, seed=spec.workload.seed,
-                    run_dir=run_dir, ckpt_dir=rt.config.ckpt_dir, events=events,
-                    notice_store=_store(attempt, 10.0, client=True))
-    injector = faults.injector
-    hook = reduce.ordered_allreduce_hook if spec.deterministic_reduce else reduce.allreduce_hook
-    op = "all_gather" if spec.deterministic_reduce else "all_reduce"
-    first_bucket = {"step": -1}
-
-    def comm_hook(state, bucket):
-        step = injector.step
-        if first_bucket["step"] != step:  # first bucket of this step's all-reduce
-            first_bucket["step"] = step
-            injector.at("collective", step, numel=bucket.buffer().numel(), op=op)
-        return hook(state, bucket, timeout_s=faults.collective_timeouts.get(step))
-
-    model.register_comm_hook(None, comm_hook)
-    scaler = wl.scaler
-    rt.register(wl.model, wl.optimizer, wl.scheduler, scaler=scaler, data_state=wl.data_state,
-                load_data=wl.load_data_state)
-    events.emit("init", "end", workload=wl.describe())
-
+    job = _Job(spec, run_dir, rt, events, rank, world, local_rank)
+    job.attach_faults(rank, attempt, world, _store(attempt, 10.0, client=True))
+    job.wrap()
+    events.emit("init", "end", workload=job.wl.describe())
     try:
         res = rt.restore()
     except CheckpointError as exc:
         _give_up(events, EXIT_BAD_CHECKPOINT, "restore", exc)
-    accum = spec.workload.grad_accum
-    for step in range(res.step + 1, spec.steps + 1):
-        if spec.segments:
-            apply_segment(rt, spec, step, events)
-        with rt.step(step) as info:
-            info["rng"] = rng_digest()  # after the deferred RNG restore, before any draw
-            injector.step = step
-            injector.at("step", step)
-            ids: list[int] = []
-            micros: list[int] = []
-            loss_sum = 0.0
-            for micro in range(accum):
-                injector.at(f"micro:{micro}", step)
-                batch = wl.batch(step, micro)
-                ids.extend(batch.sample_ids)
-                micros.append((step - 1) * accum + micro)
-                # gradients are all-reduced only in the window's last backward
-                with model.no_sync() if micro < accum - 1 else contextlib.nullcontext():
-                    loss = wl.loss(model, batch) / accum
-                    (scaler.scale(loss) if scaler is not None else loss).backward()
-                loss_sum += loss.item()
-            if has_buffers:  # before the optimizer step: a hang here leaves a consistent state
-                reduce.broadcast_buffers(wl.model)
-            if scaler is not None:
-                scaler.step(wl.optimizer)  # skipped (no optimizer step) if a gradient overflowed
-                scaler.update()
-                info["scale"] = scaler.get_scale() if scaler.is_enabled() else None
-            else:
-                wl.optimizer.step()
-            wl.optimizer.zero_grad(set_to_none=True)
-            wl.scheduler.step()
-            info.update(loss=loss_sum, lr=wl.scheduler.get_last_lr()[0], sample_ids=ids,
-                        micro=micros)
-    rt.finish(str(run_dir / "final" / "state.pt") if spec.save_final_state else None)
+    job.train(res.step + 1)
+    job.finish()
     dist.destroy_process_group()
+    events.emit("exit", code=0, durable=True)
+    events.close()
+    return 0
+
+
+def main_inprocess(run_dir: Path, spec: RunSpec) -> int:
+    """A worker of a ``jit-inprocess`` job (:mod:`jitbench.harness.replicas`).
+
+    Slot ``s < world size`` of a fresh agent starts as rank ``s`` of generation 0;
+    the other slots, and every process an agent restarted, build the workload and
+    wait in the spare pool until the membership assigns them a failed rank's place.
+    """
+    from jitbench.harness.replicas import ENV_SLOT
+    from jitbench.runtime.inprocess.group import InProcessGroup
+    from jitbench.runtime.inprocess.transfer import broadcast_state
+    from jitbench.runtime.notice import PeerNotices
+    from jitbench.runtime.strategies.jit_inprocess import receive
+
+    world = spec.world_size
+    slot = int(os.environ[ENV_SLOT])
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    spare = slot >= world or restart > 0
+    events_dir = run_dir / "events"
+    if spare:
+        events = EventLog(events_dir / f"spare_slot{slot:03d}_r{restart:03d}.jsonl", -1, restart)
+    else:
+        events = EventLog(events_path(events_dir, 0, slot), slot, 0)
+    events.emit("process", "point", world_size=world, slot=slot, spare=spare,
+                ppid=os.getppid(), durable=True)
+    events.set_base(gen=0)
+    group = InProcessGroup(os.environ[ENV_MEMBERS], world, spec.backend, spec.pg_timeout_s)
+    rank = 0 if spare else slot
+    rt = Runtime(spec.runtime_config(spec.ckpt_dir or str(run_dir / "ckpt")), events, rank, world)
+    events.emit("init", "begin")
+    job = _Job(spec, run_dir, rt, events, rank, world, local_rank=0)
+    events.emit("init", "end", workload=job.wl.describe())
+    def new_generation() -> None:
+        # DDP's reducer holds the old group (and an aborted backward leaves it
+        # mid-reduction); notices of the old generation must not reach the new one
+        job.wrap()
+        rt.set_notices(PeerNotices(dist.PrefixStore(f"notice/g{group.gen}", group.store),
+                                   group.rank, world))
+
+    rt.strategy.bind(rt, group, new_generation)
+    rt.add_check(group.check)
+    if spare:
+        got = group.wait_as_spare(prefer_rank=slot if slot < world else None)
+        if got is None:  # the job finished without needing this spare
+            events.emit("exit", code=0, durable=True)
+            events.close()
+            return 0
+        rank = got.rank
+        events.rebind(events_path(events_dir, 0, rank), rank, 0)
+        events.set_base(gen=got.gen)
+        events.emit("process", "point", world_size=world, slot=slot, spare=True,
+                    spare_id=group.spare_id, ppid=os.getppid(), durable=True)
+        rt.rank = rank
+        job.wl.set_rank(rank)
+    else:
+        group.join_initial(rank)
+    job.attach_faults(rank, group.gen, world,
+                      dist.PrefixStore(f"notice/g{group.gen}", group.store))
+    group.init_process_group()
+    if spare:  # the same collectives, in the same order, as the survivors' re-forming
+        dec = group.members.wait_decision(group.gen - 1, 300.0)
+        try:
+            receive(rt, group, dec, broadcast_state, source_state=None)
+        except CheckpointError as exc:
+            _give_up(events, EXIT_BAD_CHECKPOINT, "restore", exc)
+        job.wrap()
+        first = dec.resume_step + 1
+    else:
+        job.wrap()
+        try:
+            first = rt.restore().step + 1
+        except CheckpointError as exc:
+            _give_up(events, EXIT_BAD_CHECKPOINT, "restore", exc)
+    job.train(first)
+    job.finish()
+    group.finished()
+    group.leave_process_group()
     events.emit("exit", code=0, durable=True)
     events.close()
     return 0

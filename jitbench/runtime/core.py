@@ -157,6 +157,7 @@ class Runtime:
         self._step = 0  # step in progress (compute/mutating) or last completed (boundary)
         self._completed = 0
         self._redo: int | None = None  # a step recovered in process, to be re-executed
+        self._posted = 0  # the last step whose gradient collective this rank posted
         self._phase_since = time.monotonic()
         self._pending_rng: dict | None = None
         self._notices: Any = None
@@ -310,6 +311,18 @@ class Runtime:
                          **info)
         self.strategy.at_boundary(self, step)
 
+    def mark_collective(self, step: int) -> None:
+        """Record that this rank posts the gradient collective of ``step`` now (call it
+        from the communication hook, right before the collective; a few hundred ns).
+        In-process recovery names a hung rank by it: the one that did not post the
+        collective its peers wait in."""
+        self._posted = step
+
+    @property
+    def posted(self) -> int:
+        """The last step whose gradient collective this rank posted (0: none)."""
+        return self._posted
+
     # ---------------------------------------------------- services for strategies
     def boundary_snapshot(self) -> dict:
         """The snapshot of the last boundary (call it at a boundary). Strategies with
@@ -374,8 +387,12 @@ class Runtime:
                       error=f"{type(exc).__name__}: {exc}"[:500])
         self._phase, self._phase_since = "boundary", time.monotonic()
 
-    def write_checkpoint(self, kind: str, step: int, snapshot: dict) -> ckpt.Part:
+    def write_checkpoint(self, kind: str, step: int, snapshot: dict,
+                         state: dict | None = None) -> ckpt.Part:
         """Write this rank's part of the boundary after ``step`` (``save`` begin/end events).
+
+        ``state``: the complete state to write, already copied (a background
+        write); default: assembled now from the live state and ``snapshot``.
 
         Raises:
             CheckpointWriteError: the write failed, or the device never reached the
@@ -385,8 +402,9 @@ class Runtime:
         self.events.emit("save", "begin", kind=kind, step=step, durable=True)
         try:
             try:
-                state = host_copy(self.boundary.assemble(step, snapshot),
-                                  self.boundary.device_events, self.config.device_copy_timeout_s)
+                state = host_copy(self.boundary.assemble(step, snapshot) if state is None
+                                  else state, self.boundary.device_events,
+                                  self.config.device_copy_timeout_s)
             except DeviceCopyError as exc:
                 raise ckpt.CheckpointWriteError(str(exc)) from exc
             part = ckpt.write_part(self.config.ckpt_dir, kind, step, self.rank, self.world_size,
@@ -489,6 +507,28 @@ class Runtime:
         state, manifest = ckpt.load_part(part, self.world_size, self.config.run_id)
         return Loaded(state, manifest, part.step, part.kind, name)
 
+    def adopt(self, loaded: Loaded) -> RestoreResult:
+        """Load a state received from a peer (in-process recovery) into the registered
+        objects, as :meth:`restore` loads one from disk (``restore`` begin/end events;
+        the RNG streams are set at the start of the next step).
+
+        Raises:
+            CheckpointError: the state lacks a key or does not fit (one line).
+        """
+        self.events.emit("restore", "begin", durable=True)
+        t0 = time.monotonic()
+        res = RestoreResult()
+        try:
+            self._load(loaded, res)
+        except ckpt.CheckpointError as exc:
+            self.events.emit("restore", "end", ok=False, error=str(exc)[:500],
+                             dur_s=time.monotonic() - t0, durable=True)
+            raise
+        self._phase, self._phase_since = "boundary", time.monotonic()
+        self.events.emit("restore", "end", step=res.step, kind=res.kind, source=res.source,
+                         skipped=[], dur_s=time.monotonic() - t0, durable=True)
+        return res
+
     def _load(self, loaded: Loaded, res: RestoreResult) -> None:
         apply_state(self.boundary.reg, loaded.state, loaded.manifest, loaded.step)
         res.step, res.kind, res.source = loaded.step, loaded.kind, loaded.source
@@ -543,17 +583,22 @@ class Runtime:
         Returns only when the strategy recovered in process (None), or when
         ``exit_fn`` returns (tests).
         """
-        with self._fail_lock:
-            first = not self._failing
-            self._failing = True
-        if not first:
-            # Another thread is already saving: it ends the process with its own exit
-            # code and event. Wait for that; only if it never comes, leave silently
-            # (a second exit event would contradict the first).
-            self._save_done.wait(self.config.save_lock_timeout_s + 60)
-            time.sleep(10.0)
-            self._exit_fn(self._exit_code if self._exit_code is not None else EXIT_FAILURE)
-            return EXIT_FAILURE
+        # One failure is handled at a time. Another thread already handling one either
+        # ends the process (then follow it: wait for its exit; only if it never comes,
+        # leave silently, since a second exit event would contradict the first) or
+        # recovers in process (then this failure is handled next, in its own right).
+        deadline = time.monotonic() + self.config.save_lock_timeout_s + 60
+        while True:
+            with self._fail_lock:
+                if not self._failing:
+                    self._failing = True
+                    break
+            if self._save_done.is_set() or time.monotonic() > deadline:
+                self._save_done.wait(max(0.0, deadline - time.monotonic()))
+                time.sleep(10.0)
+                self._exit_fn(self._exit_code if self._exit_code is not None else EXIT_FAILURE)
+                return EXIT_FAILURE
+            time.sleep(0.005)
         phase = self._phase
         code: int | None = EXIT_FAILURE
         try:

@@ -54,6 +54,26 @@ class EventLog:
         self._base = {"rank": rank, "attempt": attempt, "pid": os.getpid(),
                       "host": socket.gethostname()}
 
+    def set_base(self, **fields: Any) -> None:
+        """Add or change fields written into every later event (``gen``: the
+        generation of an in-process-recovering job)."""
+        with self._lock:
+            self._base.update(fields)
+
+    def rebind(self, path: str | os.PathLike, rank: int, attempt: int) -> None:
+        """Continue in another file, as another rank and attempt (a spare that
+        was assigned a rank). The old file is closed."""
+        new = Path(path)
+        new.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        with self._lock:
+            old, self._fd = self._fd, fd
+            self.path = new
+            self._base.update(rank=rank, attempt=attempt)
+        if old >= 0:
+            os.fsync(old)
+            os.close(old)
+
     def emit(self, event: str, phase: str = "point", *, durable: bool = False,
              **fields: Any) -> dict:
         """Append one event and return it.

@@ -165,6 +165,15 @@ class Workload(abc.ABC):
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """Scalar training loss of ``model`` (possibly DDP-wrapped) on ``batch``."""
 
+    def set_rank(self, rank: int) -> None:
+        """Take this rank's data shard (a spare built the workload before it knew its rank;
+        model, optimizer and RNG streams are the same on every rank)."""
+        s = self.sampler
+        if hasattr(self, "rank"):
+            self.rank = rank
+        self.sampler = PositionedSampler(s.num_samples, s.batch_size, s.grad_accum, rank,
+                                         s.world_size, s.seed)
+
     def data_state(self, step: int) -> dict:
         """Data-loader position after ``step`` completed steps (saved in checkpoints)."""
         return self.sampler.state(step)

@@ -66,7 +66,8 @@ class Report:
     pid: int
     host: str
     step_done: int
-    """Optimizer steps this rank completed (its boundary)."""
+    """Optimizer steps this rank completed (its boundary); -1: it holds no consistent
+    state (it failed inside its optimizer step, or is a newcomer whose transfer broke)."""
     posted: int
     """The last step whose gradient collective this rank posted (0: none yet)."""
     t_wall: float = field(default_factory=time.time)
@@ -110,11 +111,22 @@ class Assignment:
 
 
 def _alive_here(info: dict[str, Any] | None) -> bool | None:
-    """True/False where ``info`` names a process on this host, None where it cannot tell."""
+    """True/False where ``info`` names a process on this host, None where it cannot tell.
+
+    A zombie (killed, not yet reaped by its agent) counts as dead.
+    """
     if not info or info.get("host") != socket.gethostname():
         return None
+    pid = int(info["pid"])
     try:
-        os.kill(int(info["pid"]), 0)
+        stat = open(f"/proc/{pid}/stat").read()  # noqa: SIM115 - one read
+        return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
@@ -253,16 +265,19 @@ class Membership:
             top = max(rep.posted for rep in reps.values())
             hung = sorted(r for r, rep in reps.items() if rep.posted < top)
         survivors = {r: rep for r, rep in reps.items() if r not in hung}
+        holders = {r: rep for r, rep in survivors.items() if rep.step_done >= 0}
         fallback = None
         if not survivors:
             fallback = "no healthy replica reported"
+        elif not holders:
+            fallback = "no surviving replica holds a consistent state"
         elif trigger == "hang" and not hung and not dead:
             fallback = "every rank posted the same collective: the hung rank cannot be named"
         source = None
         resume = 0
         if fallback is None:
-            best = max(rep.step_done for rep in survivors.values())
-            source = min(r for r, rep in survivors.items() if rep.step_done == best)
+            best = max(rep.step_done for rep in holders.values())
+            source = min(r for r, rep in holders.items() if rep.step_done == best)
             resume = best
         new_members: dict[int, dict[str, Any]] = {
             r: {"pid": rep.pid, "host": rep.host, "spare": None} for r, rep in survivors.items()}

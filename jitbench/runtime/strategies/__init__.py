@@ -42,6 +42,10 @@ class Entry:
     """What the strategy promises to replay per failure: ``one`` (at most one
     minibatch), ``interval`` (the steps since its last checkpoint, at most N),
     ``all`` (from step 0)."""
+    launcher: str = "agent"
+    """How the harness starts the job: ``agent`` (one elastic agent for the world,
+    whole-job restarts) or ``replicas`` (one agent per replica plus spares and a
+    membership store: :mod:`jitbench.harness.replicas`)."""
     writes: str = "on_failure"
     """Who writes checkpoint files, and when: ``never``, ``rank0`` (rank 0, on its
     schedule) or ``on_failure`` (the survivors, when a peer fails). Storage faults
@@ -51,6 +55,9 @@ class Entry:
 REGISTRY: dict[str, Entry] = {e.name: e for e in (
     Entry("jit", "jitbench.runtime.strategies.jit:JustInTime",
           "just-in-time checkpoint by the survivors at the failure, whole-job restart"),
+    Entry("jit-inprocess", "jitbench.runtime.strategies.jit_inprocess:JitInProcess",
+          "survivors keep their processes; the failed rank is replaced by a spare fed "
+          "from a healthy replica", launcher="replicas"),
     Entry("none", "jitbench.runtime.strategies.none:NoCheckpoint",
           "no checkpoints: a failure restarts from step 0", replay_bound="all",
           writes="never"),

@@ -1,0 +1,145 @@
+"""One process's place in an in-process-recovering job: generation, rank, process group.
+
+:class:`InProcessGroup` connects to the job's membership store (the harness
+starts it; ``host:port``), joins generation 0 as a rank or waits as a spare,
+builds each generation's process group on its own store prefix, and watches
+for failures its peers post (:meth:`InProcessGroup.check`, polled by the
+runtime's watchdog: it writes this rank's report, and ends the process when
+the leader evicted it as the hung rank).
+
+Two store clients: one for the main thread (re-forming, transfer set-up) and
+one for the watchdog thread, since a ``TCPStore`` client is one connection.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+
+from jitbench.runtime.inprocess.membership import Assignment, Membership, Report
+
+__all__ = ["InProcessGroup", "SHUTDOWN_KEY", "DONE_KEY"]
+
+SHUTDOWN_KEY = "shutdown"
+"""Set by the harness when the job is over: waiting spares exit 0."""
+DONE_KEY = "done"
+"""Counter: ranks of the last generation that finished training."""
+
+
+class InProcessGroup:
+    """Membership, rank and process group of this process.
+
+    Args:
+        address: ``host:port`` of the membership store.
+        world_size: ranks per generation.
+        backend: ``gloo`` or ``nccl``.
+        pg_timeout_s: process-group timeout (s); generous, it bounds set-up too.
+        report_window_s: how long a leader waits for the members' reports (s).
+        spare_wait_s: how long a leader waits for a spare to register (s).
+
+    Raises:
+        RuntimeError: the store cannot be reached (torch's message).
+    """
+
+    def __init__(self, address: str, world_size: int, backend: str, pg_timeout_s: float,
+                 report_window_s: float = 1.0, spare_wait_s: float = 120.0) -> None:
+        host, _, port = address.rpartition(":")
+        self.world_size = world_size
+        self.backend = backend
+        self.pg_timeout_s = pg_timeout_s
+
+        def client() -> Any:
+            return dist.TCPStore(host, int(port), is_master=False, wait_for_workers=False,
+                                 timeout=timedelta(seconds=max(60.0, pg_timeout_s)))
+
+        self.store = client()
+        self.members = Membership(self.store, world_size, report_window_s, spare_wait_s)
+        self._watch = Membership(client(), world_size, report_window_s, spare_wait_s)
+        self.gen = 0
+        self.rank = -1
+        self.spare_id: int | None = None
+        self._reported: set[int] = set()
+        self.state_ok: Callable[[], bool] = lambda: True
+        self.completed: Callable[[], int] = lambda: 0
+        self.posted: Callable[[], int] = lambda: 0
+
+    def membership(self, main_thread: bool) -> Membership:
+        """The membership client of the calling thread (main or watchdog)."""
+        return self.members if main_thread else self._watch
+
+    # -- joining ---------------------------------------------------------------------------
+    def join_initial(self, rank: int) -> None:
+        """Join generation 0 as ``rank`` (a process started for that slot)."""
+        self.gen, self.rank = 0, rank
+        self.members.join(0, rank)
+
+    def wait_as_spare(self, prefer_rank: int | None = None,
+                      poll_s: float = 0.02) -> Assignment | None:
+        """Enter the spare pool and block until assigned; None when the job is over."""
+        self.spare_id = self.members.register_spare(prefer_rank)
+        while True:
+            got = self.members.wait_assignment(self.spare_id, timeout_s=poll_s * 10)
+            if got is not None:
+                self.gen, self.rank = got.gen, got.rank
+                self.members.join(got.gen, got.rank, spare=self.spare_id)
+                return got
+            if self.members._has(SHUTDOWN_KEY):
+                return None
+            time.sleep(poll_s)
+
+    def init_process_group(self) -> None:
+        """Build this generation's default process group on its own store prefix."""
+        dist.init_process_group(
+            self.backend, store=dist.PrefixStore(Membership.pg_prefix(self.gen), self.store),
+            rank=self.rank, world_size=self.world_size,
+            timeout=timedelta(seconds=self.pg_timeout_s))
+
+    def leave_process_group(self) -> None:
+        """Destroy the current default process group, if any."""
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001 - a broken group is gone either way
+                pass
+
+    def finished(self) -> None:
+        """This rank finished training (the harness counts ``done``)."""
+        self.members._add(DONE_KEY, 1)
+
+    # -- watching --------------------------------------------------------------------------
+    def report(self, m: Membership, gen: int) -> None:
+        """Write this rank's report for ``gen``'s failure (once per generation)."""
+        if gen in self._reported:
+            return
+        self._reported.add(gen)
+        m.report(gen, Report(rank=self.rank, pid=os.getpid(), host=_host(),
+                             step_done=self.completed() if self.state_ok() else -1,
+                             posted=self.posted()))
+
+    def check(self) -> dict | None:
+        """Watchdog check: report when a peer posted a failure; leave when evicted."""
+        gen = self.gen
+        if self.rank < 0:
+            return None
+        try:
+            posted = self._watch.failure_posted(gen)
+            if posted is None:
+                return None
+            self.report(self._watch, gen)
+            if self._watch.evicted(gen, self.rank):
+                return {"trigger": "evicted", "save": False,
+                        "reason": f"evicted as a hung rank in generation {gen}"}
+        except Exception:  # noqa: BLE001 - the store gone means the harness is gone
+            return None
+        return None
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()

@@ -1,0 +1,223 @@
+"""``jit-inprocess``: survivors keep their processes; only the failed rank is replaced.
+
+Gupta et al. (EuroSys 2024) recover transparently without restarting the
+healthy processes; this is that recovery on the user-level runtime. At a
+failure every survivor still holds the state of the last iteration boundary
+(as under ``jit``). Instead of saving it and exiting for a whole-job restart:
+
+1. The survivors agree on the new membership (:mod:`jitbench.runtime.inprocess.
+   membership`): the dead rank (no report; its pid gone), or on a hang the rank
+   that never posted the collective its peers wait in, which is evicted and
+   ends its own process (gloo cannot abort a blocked collective; its exit makes
+   the peers' collectives return). A spare takes each failed rank's place: a
+   hot spare the harness started in advance, or the failed rank's own
+   replacement, restarted by its elastic agent.
+2. Every member of the new generation builds its process group on that
+   generation's store prefix and receives the boundary state of one healthy
+   replica (the one with the most completed steps) by broadcast
+   (:mod:`jitbench.runtime.inprocess.transfer`), then every rank re-executes
+   the failed step: at most one minibatch is replayed, and the run stays
+   bitwise equal to the fault-free one.
+3. The JIT checkpoint is still written, off the critical path: after the
+   transfer the source writes its part from a copy in a background thread. It
+   is the backstop when in-process recovery is impossible (no replica with a
+   consistent state, no spare in time, a hang whose culprit cannot be named):
+   then the survivors save their JIT part and exit, as under ``jit``.
+
+The worker binds the job's :class:`~jitbench.runtime.inprocess.group.InProcessGroup`
+and a callback that rebuilds what wraps the process group (DDP, whose reducer
+an aborted backward leaves mid-reduction) with :meth:`JitInProcess.bind`.
+
+Events: ``membership`` begin/end (dead, hung, source, fallback, decided_s),
+``reform`` begin/end (generation), ``transfer`` begin/end (bytes, source),
+``restore`` begin/end with kind ``peer`` on every member that adopted the state.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from jitbench.runtime.strategies.base import Loaded
+from jitbench.runtime.strategies.jit import JustInTime
+
+if TYPE_CHECKING:
+    from jitbench.runtime.core import Runtime
+    from jitbench.runtime.inprocess.group import InProcessGroup
+    from jitbench.runtime.inprocess.membership import Decision, Membership
+
+__all__ = ["EXIT_EVICTED", "JitInProcess"]
+
+EXIT_EVICTED = 79
+"""Exit status of a rank that the new membership left out (hung, or judged dead)."""
+DECISION_TIMEOUT_S = 300.0
+"""How long a member waits for the leader's decision (s): the leader may wait
+``spare_wait_s`` for a replacement to start."""
+MAX_REFORMS = 8
+"""Failures during one recovery (a member dying while the state is sent) before the
+job falls back to its JIT checkpoint."""
+
+
+class JitInProcess(JustInTime):
+    """In-process JIT recovery (see the module docstring)."""
+
+    name = "jit-inprocess"
+    snapshot_each_step = True
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.group: InProcessGroup | None = None
+        self.rebuild: Callable[[], None] = lambda: None
+        self.backstop: threading.Thread | None = None
+        self.recoveries = 0
+
+    def bind(self, rt: Runtime, group: InProcessGroup, rebuild: Callable[[], None]) -> None:
+        """Use ``group`` for membership and process groups; call ``rebuild()`` after
+        each re-formed process group (re-wrap the model in DDP, re-register hooks).
+        The group's reports read ``rt``'s boundary and last posted collective."""
+        self.group = group
+        self.rebuild = rebuild
+        group.state_ok = lambda: _consistent(rt)
+        group.completed = lambda: rt.completed
+        group.posted = lambda: rt.posted
+
+    # ------------------------------------------------------------------ failure
+    def on_failure(self, rt: Runtime, trigger: str, phase: str) -> int | None:
+        """Recover in process (None), or save the backstop part and exit (an exit status)."""
+        g = self.group
+        if g is None:  # not bound (a script without a membership store): plain jit
+            return super().on_failure(rt, trigger, phase)
+        main = threading.current_thread() is threading.main_thread()
+        m = g.membership(main)
+        dec = self._decide(rt, m, g.gen, trigger)
+        for _ in range(MAX_REFORMS):
+            if dec.fallback is not None or rt.rank not in dec.members:
+                return self._leave(rt, dec, trigger, phase)
+            if not main:
+                # the main thread is blocked in the old generation's collective; it
+                # returns with an error once the failed rank is gone, and re-forms then
+                _abort_blocked_collective()
+                return None
+            try:
+                self._reform(rt, dec)
+                return None
+            except Exception as exc:  # noqa: BLE001 - a member failed during the transfer
+                rt.events.emit("failure", trigger="collective_error", in_phase="reform",
+                               step=rt.completed, completed=rt.completed,
+                               error=f"{type(exc).__name__}: {exc}"[:300], durable=True)
+                dec = self._decide(rt, m, g.gen, "collective_error")
+        return self._leave(rt, dec, trigger, phase)
+
+    def _decide(self, rt: Runtime, m: Membership, gen: int, trigger: str) -> Decision:
+        g = self.group
+        rt.events.emit("membership", "begin", trigger=trigger, durable=True)
+        t0 = time.monotonic()
+        if m.failure_posted(gen) is None:
+            m.post_failure(gen, rt.rank, trigger, f"rank {rt.rank}: {trigger}")
+        g.report(m, gen)
+        dec = m.decide(gen) if m.try_lead(gen) else m.wait_decision(gen, DECISION_TIMEOUT_S)
+        rt.events.emit("membership", "end", new_gen=dec.gen, dead=dec.dead,
+                       hung=dec.hung, source=dec.source, resume_step=dec.resume_step,
+                       fallback=dec.fallback, decided_s=dec.decided_s,
+                       spares=[m_.get("spare") for m_ in dec.members.values()
+                               if m_.get("spare") is not None],
+                       dur_s=time.monotonic() - t0, durable=True)
+        return dec
+
+    def _leave(self, rt: Runtime, dec: Decision, trigger: str, phase: str) -> int:
+        if rt.rank in dec.hung or (dec.fallback is None and rt.rank not in dec.members):
+            return EXIT_EVICTED
+        # no in-process recovery: the JIT checkpoint, then a whole-job restart
+        return super().on_failure(rt, trigger, phase)
+
+    def _reform(self, rt: Runtime, dec: Decision) -> None:
+        """Build generation ``dec.gen``'s process group and take the source's state."""
+        from jitbench.runtime.inprocess.transfer import broadcast_state
+
+        g = self.group
+        rt.events.emit("reform", "begin", new_gen=dec.gen, durable=True)
+        t0 = time.monotonic()
+        g.leave_process_group()
+        g.gen = dec.gen
+        g.init_process_group()
+        rt.events.set_base(gen=dec.gen)
+        rt.events.emit("reform", "end", dur_s=time.monotonic() - t0, durable=True)
+        receive(rt, g, dec, broadcast_state, source_state=self._source_state(rt, dec))
+        self.recoveries += 1
+        self.rebuild()
+        self._write_backstop(rt, dec)
+
+    @staticmethod
+    def _source_state(rt: Runtime, dec: Decision) -> dict | None:
+        if rt.rank != dec.source:
+            return None
+        return {"state": rt.boundary.assemble(rt.completed, rt.boundary.snapshot),
+                "manifest": {"meta": rt.manifest_meta()}}
+
+    def _write_backstop(self, rt: Runtime, dec: Decision) -> None:
+        """The source writes its JIT part of the resumed boundary from a copy, in a thread."""
+        if rt.rank != dec.source:
+            return
+        from jitbench.runtime.staging import stage_for_async_save
+
+        step = rt.completed
+        snap = rt.boundary.snapshot
+        try:
+            state = stage_for_async_save(rt.boundary.assemble(step, snap))
+        except Exception as exc:  # noqa: BLE001 - the backstop is best effort
+            rt.events.emit("save", "skip", kind="jit", reason=f"staging: {exc}"[:300])
+            return
+
+        def write() -> None:
+            try:
+                rt.write_checkpoint("jit", step, snap, state=state)
+            except Exception as exc:  # noqa: BLE001
+                rt.events.emit("error", where="backstop", error=repr(exc)[:300])
+
+        if self.backstop is not None:
+            self.backstop.join()
+        self.backstop = threading.Thread(target=write, name="jit-backstop", daemon=True)
+        self.backstop.start()
+
+    def finish(self, rt: Runtime) -> None:
+        if self.backstop is not None:
+            self.backstop.join(self.config.sync_bound_s)
+
+
+def receive(rt: Runtime, g: InProcessGroup, dec: Decision, broadcast_state,
+            source_state: dict | None) -> None:
+    """Take part in the transfer of ``dec``'s boundary state and adopt it (every member,
+    the source included: its RNG, scheduler and data position return to the boundary)."""
+    rt.events.emit("transfer", "begin", source=dec.source, durable=True)
+    t0 = time.monotonic()
+    got, nbytes = broadcast_state(source_state, src=dec.source)
+    rt.events.emit("transfer", "end", source=dec.source, bytes=nbytes,
+                   dur_s=time.monotonic() - t0, durable=True)
+    rt.adopt(Loaded(got["state"], got["manifest"], dec.resume_step, "peer",
+                    f"rank {dec.source}"))
+    opt = rt.boundary.reg.optimizer
+    if opt is not None:
+        opt.zero_grad(set_to_none=True)
+
+
+def _consistent(rt: Runtime) -> bool:
+    with rt.consistent_state() as why:
+        return why is None
+
+
+def _abort_blocked_collective() -> None:
+    """NCCL: abort the default group's communicators so the main thread's blocked
+    collective returns with an error (gloo: nothing to do; the evicted rank's exit
+    closes the connections). Not yet run on GPUs."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized() and dist.get_backend() == "nccl":
+            pg = dist.distributed_c10d._get_default_group()
+            abort = getattr(pg, "abort", None)
+            if abort is not None:
+                abort()
+    except Exception:  # noqa: BLE001 - best effort; the hang bound still applies
+        pass
