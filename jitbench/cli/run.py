@@ -197,6 +197,9 @@ class JobOptions:
     rdzv_endpoint: Annotated[str | None, typer.Option(
         help="HOST:PORT of the c10d rendezvous for several nodes.")] = None
     max_restarts: Annotated[int, typer.Option(help="Elastic agent's restart budget.")] = 3
+    spares: Annotated[int | None, typer.Option(
+        help="Hot spares waiting to replace a failed rank (jit-inprocess; default 1; 0: "
+             "the failed rank's own agent restarts it).")] = None
     deterministic_reduce: Annotated[bool, typer.Option(
         help="Rank-ordered gradient sum (bitwise across restarts).")] = True
     ckpt_dir: Annotated[Path | None, typer.Option(
@@ -249,7 +252,8 @@ def build_spec(faults: FaultOptions, training: TrainingOptions, job: JobOptions,
     plan = faults.plan(training.steps, job.world_size, training.seed)
     spec = RunSpec(workload=wl, strategy=job.strategy, faults=plan, nproc=job.nproc,
                    nnodes=job.nnodes, backend=job.backend, rdzv_endpoint=job.rdzv_endpoint,
-                   max_restarts=job.max_restarts, hang_floor_s=detection.hang_floor_s,
+                   max_restarts=job.max_restarts, spares=job.spares,
+                   hang_floor_s=detection.hang_floor_s,
                    hang_factor=detection.hang_factor, hang_first_s=detection.hang_first_s,
                    deterministic_reduce=job.deterministic_reduce,
                    ckpt_dir=str(job.ckpt_dir.resolve()) if job.ckpt_dir is not None else None,

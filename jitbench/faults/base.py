@@ -9,6 +9,10 @@ points:
 ``collective``
     inside the first gradient collective of a step (the DDP comm hook,
     before this rank posts its collective);
+``optimizer``
+    inside the optimizer step: after the gradient collective has completed,
+    before the parameters change (the peers have their gradients and may finish
+    the step);
 ``write``
     before each I/O operation of a checkpoint part's commit (any thread; the
     JIT save runs on the watchdog thread when the main thread is blocked);
@@ -45,7 +49,7 @@ from typing import Any, ClassVar
 
 from jitbench.runtime.events import EventLog
 
-POINTS = ("step", "collective", "write", "restore")
+POINTS = ("step", "collective", "optimizer", "write", "restore")
 FAMILIES = ("process", "collective", "gpu", "storage")
 
 
@@ -166,8 +170,8 @@ class Fault(abc.ABC):
     point: ClassVar[str]
     """Default injection point (see the module docstring)."""
     movable: ClassVar[bool] = True
-    """The ``at`` parameter may move it to ``step``, ``collective`` or ``micro:M``
-    (before micro-batch M of the accumulation window)."""
+    """The ``at`` parameter may move it to ``step``, ``collective``, ``optimizer`` or
+    ``micro:M`` (before micro-batch M of the accumulation window)."""
     extra_points: ClassVar[tuple[str, ...]] = ()
     """Further points ``at`` may choose (process faults: ``write``, ``restore``)."""
     summary: ClassVar[str]
@@ -189,7 +193,7 @@ class Fault(abc.ABC):
         """The fault's parameters, ``at`` (its injection point) included where it may move."""
         out = dict(cls.params)
         if cls.movable:
-            out["at"] = Param(str, None, "injection point: step, collective, micro:M"
+            out["at"] = Param(str, None, "injection point: step, collective, optimizer, micro:M"
                               + "".join(f", {p}" for p in cls.extra_points)
                               + f" (default {cls.point})")
         return out
@@ -198,7 +202,7 @@ class Fault(abc.ABC):
     def point_ok(cls, at: str, grad_accum: int | None = None) -> bool:
         """Whether ``at`` is an injection point this fault may move to (``micro:M``
         needs ``M < grad_accum`` when that is given)."""
-        if at in ("step", "collective") or at in cls.extra_points:
+        if at in ("step", "collective", "optimizer") or at in cls.extra_points:
             return True
         m = re.fullmatch(r"micro:(\d+)", at)
         return bool(m) and (grad_accum is None or int(m[1]) < grad_accum)
@@ -222,7 +226,7 @@ class Fault(abc.ABC):
             except ValueError as exc:
                 raise ValueError(f"{cls.name}: {exc}") from None
         if out.get("at") is not None and not cls.point_ok(out["at"]):
-            raise ValueError(f"{cls.name}: at must be step, collective, micro:M"
+            raise ValueError(f"{cls.name}: at must be step, collective, optimizer, micro:M"
                              + "".join(f" or {p}" for p in cls.extra_points)
                              + f", got {out['at']!r}")
         cls.check_params(out)

@@ -44,7 +44,7 @@ Scenario files (TOML, read with :mod:`tomllib`)
     every_steps = 4        # steps 4, 8, ... (from `step`, default every_steps)
     count = 2              # at most this many
     every_attempt = false  # true: fire in every attempt (a rank that always fails)
-    at = "collective"      # injection point: step, collective, micro:M (process
+    at = "collective"      # injection point: step, collective, optimizer, micro:M (process
                            # faults also write, restore; storage faults: none)
     id = "k1"              # optional stable id (default <kind>@<rank>:<step>)
 

@@ -233,13 +233,15 @@ class RunSpec:
         reads the state), so they can share one reference run."""
         d = asdict(self)
         for k in ("faults", "strategy", "mtbf_s", "max_restarts", "segments", "rdzv_endpoint",
-                  "rdzv_id", "ckpt_dir"):
+                  "rdzv_id", "ckpt_dir", "spares"):
             d.pop(k, None)
         return json.dumps(d, sort_keys=True)
 
     def without_faults(self) -> RunSpec:
-        """The same spec, fault-free (the reference run)."""
+        """The same spec, fault-free (the reference run; no hot spares: nothing fails)."""
         d = asdict(self)
         d["faults"] = []
         d["ckpt_dir"] = None
+        if self.hot_spares:
+            d["spares"] = 0
         return RunSpec.from_dict(d)

@@ -16,8 +16,9 @@ micro-batch indices ``(step - 1) * grad_accum + m`` accumulated into this
 optimizer step), ``rng`` (:func:`~jitbench.runtime.rng.rng_digest` at the
 start of the step, after any deferred RNG restore) and ``scale`` (the AMP
 loss scale, with fp16). Injection points: ``step`` (start of a step),
-``micro:<m>`` (before micro-batch ``m`` of the accumulation window) and
-``collective`` (the first gradient collective of a step).
+``micro:<m>`` (before micro-batch ``m`` of the accumulation window),
+``collective`` (the first gradient collective of a step) and ``optimizer``
+(after the gradients are reduced, before the optimizer step).
 
 Exit statuses besides the runtime's 75/76: :data:`EXIT_BAD_CHECKPOINT` (77,
 the checkpoint directory is another job's or a part does not fit) and
@@ -165,6 +166,7 @@ class _Job:
                     loss_sum += loss.item()
                 if self.has_buffers:  # before the optimizer step: a hang here leaves a
                     reduce.broadcast_buffers(wl.model)  # consistent state
+                injector.at("optimizer", step)
                 if scaler is not None:
                     scaler.step(wl.optimizer)  # skipped (no optimizer step) if a gradient overflowed
                     scaler.update()
@@ -177,8 +179,42 @@ class _Job:
                             micro=micros)
 
     def finish(self) -> None:
+        self.events.emit("resources", **resources())
         self.rt.finish(str(self.run_dir / "final" / "state.pt")
                        if self.spec.save_final_state else None)
+
+
+def resources() -> dict:
+    """This process's threads and TCP sockets (Linux ``/proc``), counted at the end of
+    training: a generation whose process group leaked would show in them.
+
+    Returns:
+        ``threads`` (tasks), ``tcp_established`` and ``tcp_listen`` (sockets this
+        process holds open in that state); empty off Linux.
+    """
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+        inodes = set()
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+        counts = {"01": 0, "0A": 0}
+        for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+            try:
+                lines = Path(table).read_text().splitlines()[1:]
+            except OSError:
+                continue
+            for line in lines:
+                cols = line.split()
+                if len(cols) > 9 and cols[9] in inodes and cols[3] in counts:
+                    counts[cols[3]] += 1
+    except OSError:
+        return {}
+    return {"threads": threads, "tcp_established": counts["01"], "tcp_listen": counts["0A"]}
 
 
 def main(argv: list[str]) -> int:
@@ -263,7 +299,7 @@ def main_inprocess(run_dir: Path, spec: RunSpec) -> int:
             events.close()
             return 0
         rank = got.rank
-        events.rebind(events_path(events_dir, 0, rank), rank, 0)
+        events.rebind(events_path(events_dir, got.attempt, rank), rank, got.attempt)
         events.set_base(gen=got.gen)
         events.emit("process", "point", world_size=world, slot=slot, spare=True,
                     spare_id=group.spare_id, ppid=os.getppid(), durable=True)
@@ -274,8 +310,9 @@ def main_inprocess(run_dir: Path, spec: RunSpec) -> int:
     job.attach_faults(rank, group.gen, world,
                       dist.PrefixStore(f"notice/g{group.gen}", group.store))
     group.init_process_group()
-    if spare:  # the same collectives, in the same order, as the survivors' re-forming
+    if spare and not got.fresh:  # the survivors' collectives, in the same order
         dec = group.members.wait_decision(group.gen - 1, 300.0)
+        job.faults.injector.at("restore", dec.resume_step + 1)
         try:
             receive(rt, group, dec, broadcast_state, source_state=None)
         except CheckpointError as exc:

@@ -158,6 +158,9 @@ class Runtime:
         self._completed = 0
         self._redo: int | None = None  # a step recovered in process, to be re-executed
         self._posted = 0  # the last step whose gradient collective this rank posted
+        self._recoveries = 0  # in-process recoveries so far
+        self.failure_info: dict = {}
+        """The failure being handled: ``trigger`` and what :meth:`fail` was told (``error``)."""
         self._phase_since = time.monotonic()
         self._pending_rng: dict | None = None
         self._notices: Any = None
@@ -588,9 +591,15 @@ class Runtime:
         # leave silently, since a second exit event would contradict the first) or
         # recovers in process (then this failure is handled next, in its own right).
         deadline = time.monotonic() + self.config.save_lock_timeout_s + 60
+        recoveries = self._recoveries
+        main = threading.current_thread() is threading.main_thread()
         while True:
             with self._fail_lock:
                 if not self._failing:
+                    if self._recoveries != recoveries and not main:
+                        # declared by the watchdog about the world before an in-process
+                        # recovery that has since happened (a hang of the failed step)
+                        return None
                     self._failing = True
                     break
             if self._save_done.is_set() or time.monotonic() > deadline:
@@ -600,7 +609,9 @@ class Runtime:
                 return EXIT_FAILURE
             time.sleep(0.005)
         phase = self._phase
+        self._phase = "failure"  # no hang bound while the failure is handled
         code: int | None = EXIT_FAILURE
+        self.failure_info = {"trigger": trigger, **info}
         try:
             self.events.emit("failure", trigger=trigger, in_phase=phase, step=self._step,
                              completed=self._completed, hang_bound_s=self.hang_bound_s(),
@@ -617,9 +628,10 @@ class Runtime:
             code = EXIT_FAILURE
         finally:
             if code is None:  # recovered in process: back at the boundary
-                with self._fail_lock:
-                    self._failing = False
                 self._phase, self._phase_since = "boundary", time.monotonic()
+                with self._fail_lock:
+                    self._recoveries += 1
+                    self._failing = False
             else:
                 self._save_done.set()
                 self._end_process(code)

@@ -53,6 +53,8 @@ class HangBound:
         self.config = config
         self.step_times: deque[float] = deque(maxlen=50)
         """Durations (s) of the last 50 steps of this process."""
+        self.warming = False
+        """The next step is bounded by ``hang_first_s`` as well (:meth:`expect_warm_up`)."""
         self.prior_step_s: float | None = None
         """Median step time (s) recorded in the restored checkpoint, used until
         three steps of this process are timed."""
@@ -60,6 +62,13 @@ class HangBound:
     def record(self, step_s: float) -> None:
         """Add one step's duration (s)."""
         self.step_times.append(step_s)
+        self.warming = False
+
+    def expect_warm_up(self) -> None:
+        """The next step may be a newcomer's first (in-process recovery: survivors wait
+        in the collective while a fresh process warms up): bound it by ``hang_first_s``
+        too, until one step is recorded."""
+        self.warming = True
 
     def median_step_s(self) -> float | None:
         """Median step time (s) without the first (warm-up) step; needs three steps,
@@ -74,7 +83,8 @@ class HangBound:
         med = self.median_step_s()
         if med is None:
             return self.config.hang_first_s
-        return max(self.config.hang_floor_s, self.config.hang_factor * med)
+        bound = max(self.config.hang_floor_s, self.config.hang_factor * med)
+        return max(bound, self.config.hang_first_s) if self.warming else bound
 
 
 class Watchdog:

@@ -73,7 +73,7 @@ def test_resolve_rejects_unknown_keys_and_fills_defaults():
     assert make_fault(FaultSpec("kill", 1, 3, params={"at": "restore"})).point == "restore"
     assert make_fault(FaultSpec("slow", 1, 3, params={"at": "micro:1"})).point == "micro:1"
     assert make_fault(FaultSpec("kill", 1, 3)).point == "collective"
-    with pytest.raises(ValueError, match="at must be step, collective, micro:M or restore"):
+    with pytest.raises(ValueError, match="at must be step, collective, optimizer, micro:M or restore"):
         make_fault(FaultSpec("exception", 1, 3, params={"at": "write"}))
     with pytest.raises(ValueError, match="unknown parameter 'at'"):
         make_fault(FaultSpec("torn-write", 1, 3, params={"at": "collective"}))

@@ -94,7 +94,11 @@ def test_fallbacks_name_the_reason(store, case):
         want = "no healthy replica"
     dec = m.decide(0)
     assert dec.fallback and want in dec.fallback
-    assert m.generation() == 0  # no new generation was formed
+    # generation 1 is opened for claims: the job restarts from its checkpoints
+    assert m.generation() == 1
+    a0, a1, a2 = (m.claim(i) for i in range(3))
+    assert (a0.gen, a0.rank, a0.fresh, a0.attempt) == (1, 0, True, 1)
+    assert (a1.gen, a1.rank) == (1, 1) and a2 is None  # the world is full
 
 
 def test_dead_spare_is_skipped(store):

@@ -29,6 +29,8 @@ SHUTDOWN_KEY = "shutdown"
 """Set by the harness when the job is over: waiting spares exit 0."""
 DONE_KEY = "done"
 """Counter: ranks of the last generation that finished training."""
+REFORM_TIMEOUT_S = 60.0
+"""Process-group set-up and collective timeout of a re-formed generation (s)."""
 
 
 class InProcessGroup:
@@ -86,18 +88,25 @@ class InProcessGroup:
             got = self.members.wait_assignment(self.spare_id, timeout_s=poll_s * 10)
             if got is not None:
                 self.gen, self.rank = got.gen, got.rank
-                self.members.join(got.gen, got.rank, spare=self.spare_id)
+                self.members.join(got.gen, got.rank, spare=None if got.fresh else self.spare_id)
                 return got
             if self.members._has(SHUTDOWN_KEY):
                 return None
             time.sleep(poll_s)
 
     def init_process_group(self) -> None:
-        """Build this generation's default process group on its own store prefix."""
+        """Build this generation's default process group on its own store prefix.
+
+        Generation 0 waits up to ``pg_timeout_s`` for its members (they start
+        together, cold); a re-formed generation up to ``REFORM_TIMEOUT_S``: its
+        members are up and waiting, so a missing one has died, and the error
+        starts the next membership round instead of a long wait.
+        """
+        timeout = self.pg_timeout_s if self.gen == 0 else min(self.pg_timeout_s,
+                                                              REFORM_TIMEOUT_S)
         dist.init_process_group(
             self.backend, store=dist.PrefixStore(Membership.pg_prefix(self.gen), self.store),
-            rank=self.rank, world_size=self.world_size,
-            timeout=timedelta(seconds=self.pg_timeout_s))
+            rank=self.rank, world_size=self.world_size, timeout=timedelta(seconds=timeout))
 
     def leave_process_group(self) -> None:
         """Destroy the current default process group, if any."""

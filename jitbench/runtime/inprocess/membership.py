@@ -22,8 +22,8 @@ Protocol (one failure, generation ``g`` to ``g+1``):
    (:meth:`Membership.decide`). It collects the reports until every member has
    reported or ``report_window_s`` has passed (a missing member on this host
    whose pid is gone is counted dead at once). It then classifies each rank:
-   *dead* (no report), *hung* (on a hang: it posted an older collective than
-   the others; it is evicted, ``g<g>/evict/<rank>``, and its own watchdog ends
+   *dead* (no report), *hung* (on a hang, or a collective that timed out: it
+   posted an older collective than the others; it is evicted, ``g<g>/evict/<rank>``, and its own watchdog ends
    the process so its peers' blocked collectives return) or *survivor*. Each
    dead or hung rank is given a spare from the pool (waiting up to
    ``spare_wait_s`` for one to register: a hot spare started in advance, or
@@ -37,7 +37,11 @@ Protocol (one failure, generation ``g`` to ``g+1``):
 
 When no survivor is left, or every rank posted the same collective on a hang
 (the culprit cannot be named), the decision carries ``fallback`` with the
-reason: the job falls back to the JIT checkpoint and a whole-job restart.
+reason: the job falls back to the JIT checkpoint and a whole-job restart. The
+leader opens generation ``g+1`` for *claims* (``restart``): the members save
+their JIT parts and exit, their agents restart them, and every process in the
+spare pool claims a rank of the new generation (``g<g+1>/claims``) until the
+world is full; that generation restores from the checkpoint directory.
 
 Store errors propagate as :class:`MembershipError` (one line).
 """
@@ -108,6 +112,11 @@ class Assignment:
 
     gen: int
     rank: int
+    fresh: bool = False
+    """The generation restarts the job from its checkpoints (after a fallback): every
+    member restores from disk; otherwise the state comes from a surviving replica."""
+    attempt: int = 0
+    """Whole-job restarts so far (the attempt this generation belongs to)."""
 
 
 def _alive_here(info: dict[str, Any] | None) -> bool | None:
@@ -261,7 +270,7 @@ class Membership:
             time.sleep(poll_s)
         dead = sorted(missing)
         hung: list[int] = []
-        if reps and trigger == "hang":
+        if reps and trigger in ("hang", "timeout"):
             top = max(rep.posted for rep in reps.values())
             hung = sorted(r for r, rep in reps.items() if rep.posted < top)
         survivors = {r: rep for r, rep in reps.items() if r not in hung}
@@ -271,7 +280,7 @@ class Membership:
             fallback = "no healthy replica reported"
         elif not holders:
             fallback = "no surviving replica holds a consistent state"
-        elif trigger == "hang" and not hung and not dead:
+        elif trigger in ("hang", "timeout") and not hung and not dead:
             fallback = "every rank posted the same collective: the hung rank cannot be named"
         source = None
         resume = 0
@@ -298,8 +307,10 @@ class Membership:
                 if m["spare"] is not None:
                     self._set(f"spare/{m['spare']}/assign", json.dumps({"gen": gen + 1, "rank": r}))
         self._set(f"g{gen}/decision", dec.to_json())
-        if fallback is None:
-            self._add("gen", 1)
+        if fallback is not None:
+            attempt = self._add("restarts", 1)
+            self._set("restart", json.dumps({"gen": gen + 1, "attempt": attempt}))
+        self._add("gen", 1)
         return dec
 
     def wait_decision(self, gen: int, timeout_s: float, poll_s: float = 0.005) -> Decision:
@@ -338,7 +349,7 @@ class Membership:
                 while not self._has(info_key):  # registered, info being written
                     time.sleep(poll_s)
                 info = json.loads(self._get(info_key))
-                if _alive_here(info) is False:
+                if _alive_here(info) is False or self._has(f"spare/{sid}/gone"):
                     continue
                 return sid, info
             if time.monotonic() > deadline:
@@ -347,12 +358,38 @@ class Membership:
 
     def wait_assignment(self, spare_id: int, timeout_s: float | None = None,
                         poll_s: float = 0.005) -> Assignment | None:
-        """Block until the leader assigns this spare; None after ``timeout_s`` (s; None: forever)."""
+        """Block until the leader assigns this spare, or a generation opened for claims
+        after a fallback takes it (:meth:`claim`); None after ``timeout_s`` (s; None:
+        forever)."""
         key = f"spare/{spare_id}/assign"
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not self._has(key):
+            got = self.claim(spare_id)
+            if got is not None:
+                return got
             if deadline is not None and time.monotonic() > deadline:
                 return None
             time.sleep(poll_s)
         d = json.loads(self._get(key))
-        return Assignment(gen=int(d["gen"]), rank=int(d["rank"]))
+        return Assignment(gen=int(d["gen"]), rank=int(d["rank"]),
+                          attempt=self._add("restarts", 0))
+
+    def claim(self, spare_id: int | None) -> Assignment | None:
+        """A rank of the generation opened for claims after a fallback, if one is left.
+
+        The spare leaves the pool (``spare/<id>/gone``) when it gets one.
+        """
+        if not self._has("restart"):
+            return None
+        r = json.loads(self._get("restart"))
+        gen = int(r["gen"])
+        if self._has(f"g{gen}/full") or self._has(f"spare/{spare_id}/claimed{gen}"):
+            return None
+        self._set(f"spare/{spare_id}/claimed{gen}", "1")
+        rank = self._add(f"g{gen}/claims", 1) - 1
+        if rank >= self.world_size:
+            self._set(f"g{gen}/full", "1")
+            return None
+        if spare_id is not None:
+            self._set(f"spare/{spare_id}/gone", "1")
+        return Assignment(gen=gen, rank=rank, fresh=True, attempt=int(r["attempt"]))

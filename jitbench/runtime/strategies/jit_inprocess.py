@@ -48,7 +48,13 @@ if TYPE_CHECKING:
     from jitbench.runtime.inprocess.group import InProcessGroup
     from jitbench.runtime.inprocess.membership import Decision, Membership
 
-__all__ = ["EXIT_EVICTED", "JitInProcess"]
+__all__ = ["EXIT_EVICTED", "JitInProcess", "PEER_TRIGGERS"]
+
+PEER_TRIGGERS = ("collective_error", "hang", "notice")
+"""Failure triggers that mean a *peer* failed: this rank stays and recovers in process.
+Any other trigger (an exception in this rank's step, SIGTERM: a preemption, a fatal
+Xid on its GPU, a failed write) means this rank itself fails: it saves its JIT part
+and leaves, as under ``jit``, and its peers recover without it."""
 
 EXIT_EVICTED = 79
 """Exit status of a rank that the new membership left out (hung, or judged dead)."""
@@ -87,10 +93,14 @@ class JitInProcess(JustInTime):
     def on_failure(self, rt: Runtime, trigger: str, phase: str) -> int | None:
         """Recover in process (None), or save the backstop part and exit (an exit status)."""
         g = self.group
-        if g is None:  # not bound (a script without a membership store): plain jit
+        if g is None or trigger not in PEER_TRIGGERS:
+            # not bound (no membership store), or this rank itself fails: plain jit
             return super().on_failure(rt, trigger, phase)
         main = threading.current_thread() is threading.main_thread()
         m = g.membership(main)
+        error = str(rt.failure_info.get("error", "")).lower()
+        if trigger == "collective_error" and ("timed out" in error or "timeout" in error):
+            trigger = "timeout"  # a peer too late for the collective: name it like a hang
         dec = self._decide(rt, m, g.gen, trigger)
         for _ in range(MAX_REFORMS):
             if dec.fallback is not None or rt.rank not in dec.members:
@@ -154,7 +164,7 @@ class JitInProcess(JustInTime):
         if rt.rank != dec.source:
             return None
         return {"state": rt.boundary.assemble(rt.completed, rt.boundary.snapshot),
-                "manifest": {"meta": rt.manifest_meta()}}
+                "manifest": {"meta": rt.manifest_meta()}, "step": rt.completed}
 
     def _write_backstop(self, rt: Runtime, dec: Decision) -> None:
         """The source writes its JIT part of the resumed boundary from a copy, in a thread."""
@@ -195,11 +205,14 @@ def receive(rt: Runtime, g: InProcessGroup, dec: Decision, broadcast_state,
     got, nbytes = broadcast_state(source_state, src=dec.source)
     rt.events.emit("transfer", "end", source=dec.source, bytes=nbytes,
                    dur_s=time.monotonic() - t0, durable=True)
-    rt.adopt(Loaded(got["state"], got["manifest"], dec.resume_step, "peer",
+    # the source's own boundary: it may have completed a step since it reported (a
+    # hang declared by the watchdog while the collective was only slow)
+    rt.adopt(Loaded(got["state"], got["manifest"], int(got["step"]), "peer",
                     f"rank {dec.source}"))
     opt = rt.boundary.reg.optimizer
     if opt is not None:
         opt.zero_grad(set_to_none=True)
+    rt.watchdog.hang.expect_warm_up()  # the newcomer's first step
 
 
 def _consistent(rt: Runtime) -> bool:
