@@ -140,43 +140,48 @@ class _Job:
 
     def train(self, first: int) -> None:
         """Steps ``first .. spec.steps`` (a step recovered in process is run again)."""
-        spec, rt, wl, injector = self.spec, self.rt, self.wl, self.faults.injector
+        for step in self.rt.steps(first, self.spec.steps):
+            if self.spec.segments:
+                apply_segment(self.rt, self.spec, step, self.events)
+            with self.rt.step(step) as info:
+                self._step(step, info)
+
+    def _step(self, step: int, info: dict) -> None:
+        """One optimizer step (its locals, which hold the DDP wrapper and the autograd
+        graph, are gone once it returns or its exception has been handled)."""
+        spec, wl, injector = self.spec, self.wl, self.faults.injector
         accum = spec.workload.grad_accum
         scaler = wl.scaler
-        for step in rt.steps(first, spec.steps):
-            if spec.segments:
-                apply_segment(rt, spec, step, self.events)
-            with rt.step(step) as info:
-                model = self.model  # re-wrapped after an in-process recovery
-                info["rng"] = rng_digest()  # after the deferred RNG restore, before any draw
-                injector.step = step
-                injector.at("step", step)
-                ids: list[int] = []
-                micros: list[int] = []
-                loss_sum = 0.0
-                for micro in range(accum):
-                    injector.at(f"micro:{micro}", step)
-                    batch = wl.batch(step, micro)
-                    ids.extend(batch.sample_ids)
-                    micros.append((step - 1) * accum + micro)
-                    # gradients are all-reduced only in the window's last backward
-                    with model.no_sync() if micro < accum - 1 else contextlib.nullcontext():
-                        loss = wl.loss(model, batch) / accum
-                        (scaler.scale(loss) if scaler is not None else loss).backward()
-                    loss_sum += loss.item()
-                if self.has_buffers:  # before the optimizer step: a hang here leaves a
-                    reduce.broadcast_buffers(wl.model)  # consistent state
-                injector.at("optimizer", step)
-                if scaler is not None:
-                    scaler.step(wl.optimizer)  # skipped (no optimizer step) if a gradient overflowed
-                    scaler.update()
-                    info["scale"] = scaler.get_scale() if scaler.is_enabled() else None
-                else:
-                    wl.optimizer.step()
-                wl.optimizer.zero_grad(set_to_none=True)
-                wl.scheduler.step()
-                info.update(loss=loss_sum, lr=wl.scheduler.get_last_lr()[0], sample_ids=ids,
-                            micro=micros)
+        model = self.model  # re-wrapped after an in-process recovery
+        info["rng"] = rng_digest()  # after the deferred RNG restore, before any draw
+        injector.step = step
+        injector.at("step", step)
+        ids: list[int] = []
+        micros: list[int] = []
+        loss_sum = 0.0
+        for micro in range(accum):
+            injector.at(f"micro:{micro}", step)
+            batch = wl.batch(step, micro)
+            ids.extend(batch.sample_ids)
+            micros.append((step - 1) * accum + micro)
+            # gradients are all-reduced only in the window's last backward
+            with model.no_sync() if micro < accum - 1 else contextlib.nullcontext():
+                loss = wl.loss(model, batch) / accum
+                (scaler.scale(loss) if scaler is not None else loss).backward()
+            loss_sum += loss.item()
+        if self.has_buffers:  # before the optimizer step: a hang here leaves a consistent
+            reduce.broadcast_buffers(wl.model)  # state
+        injector.at("optimizer", step)
+        if scaler is not None:
+            scaler.step(wl.optimizer)  # skipped (no optimizer step) if a gradient overflowed
+            scaler.update()
+            info["scale"] = scaler.get_scale() if scaler.is_enabled() else None
+        else:
+            wl.optimizer.step()
+        wl.optimizer.zero_grad(set_to_none=True)
+        wl.scheduler.step()
+        info.update(loss=loss_sum, lr=wl.scheduler.get_last_lr()[0], sample_ids=ids,
+                    micro=micros)
 
     def finish(self) -> None:
         self.events.emit("resources", **resources())
@@ -290,7 +295,10 @@ def main_inprocess(run_dir: Path, spec: RunSpec) -> int:
         rt.set_notices(PeerNotices(dist.PrefixStore(f"notice/g{group.gen}", group.store),
                                    group.rank, world))
 
-    rt.strategy.bind(rt, group, new_generation)
+    def release() -> None:
+        job.model = None  # DDP holds the old group
+
+    rt.strategy.bind(rt, group, new_generation, release)
     rt.add_check(group.check)
     if spare:
         got = group.wait_as_spare(prefer_rank=slot if slot < world else None)

@@ -248,6 +248,14 @@ class Runtime:
             yield step
             if self._redo != step:
                 step += 1
+                continue
+            # the failed step's exception (and every frame it held: DDP's reducer, the
+            # old process group) is gone now; the strategy finishes its recovery here
+            code = self.strategy.before_redo(self)
+            if code is not None:
+                self._save_done.set()
+                self._end_process(code)
+                return
 
     @contextmanager
     def step(self, step: int) -> Iterator[dict]:

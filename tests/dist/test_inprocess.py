@@ -58,10 +58,10 @@ def _assert_clean_recovery(s: dict, run_dir: Path, failures: int) -> None:
 @pytest.mark.parametrize("kind, step, at, spares", [
     ("kill", 1, "collective", 1),
     ("kill", 6, "optimizer", 0),      # no spare: the killed rank's agent restarts it
-    ("kill", STEPS, "collective", 1),
+    ("kill", STEPS - 1, "collective", 1),
     ("nccl-hang", 1, "collective", 1),
     ("nccl-hang", 6, "optimizer", 1),  # peers finished step 6 and wait in step 7
-    ("nccl-hang", STEPS, "collective", 0),
+    ("nccl-hang", STEPS - 1, "collective", 0),
 ], ids=lambda v: str(v))
 def test_one_failure_recovers_in_process(tmp_path, shared_reference, kind, step, at, spares):
     s, run_dir = _run(tmp_path, shared_reference,

@@ -104,17 +104,26 @@ class InProcessGroup:
         """
         timeout = self.pg_timeout_s if self.gen == 0 else min(self.pg_timeout_s,
                                                               REFORM_TIMEOUT_S)
+        # the default group's name, and so its keys under the prefix, come from a
+        # per-process count of groups created; a failed set-up leaves it one ahead of a
+        # newcomer's, so every member starts the generation from zero
+        dist.distributed_c10d._world.group_count = 0
         dist.init_process_group(
             self.backend, store=dist.PrefixStore(Membership.pg_prefix(self.gen), self.store),
             rank=self.rank, world_size=self.world_size, timeout=timedelta(seconds=timeout))
 
     def leave_process_group(self) -> None:
-        """Destroy the current default process group, if any."""
+        """Destroy the current default process group, if any, and collect garbage: its
+        connections close only when nothing refers to it any more, and a peer still
+        blocked in its collective returns (with an error) only then."""
+        import gc
+
         if dist.is_initialized():
             try:
                 dist.destroy_process_group()
             except Exception:  # noqa: BLE001 - a broken group is gone either way
                 pass
+        gc.collect()
 
     def finished(self) -> None:
         """This rank finished training (the harness counts ``done``)."""

@@ -14,6 +14,8 @@ hook                   called
 ``on_optimizer_step``  on the main thread at the optimizer's pre-hook, still in
                        the ``compute`` phase, before the state lock is taken
 ``at_boundary``        after each step's end event, at the boundary (main thread)
+``before_redo``        after an in-process recovery (``on_failure`` returned None),
+                       before the failed step runs again (main thread)
 ``on_failure``         once per failure, with a consistent state to work from
                        (after :meth:`Runtime.restore`, with a registered model);
                        any thread: the main thread (an exception escaped the
@@ -139,6 +141,13 @@ class Strategy:
             step re-executed (see :meth:`Runtime.steps`).
         """
         return EXIT_FAILURE
+
+    def before_redo(self, rt: Runtime) -> int | None:
+        """After :meth:`on_failure` returned None, before the failed step runs again, on
+        the main thread, outside the failed step's ``with`` block (its exception and
+        the frames it held are released). Returns an exit status to end the process
+        instead, or None."""
+        return None
 
     def leave(self, rt: Runtime) -> None:
         """:meth:`Runtime.set_strategy` is switching away from this strategy."""

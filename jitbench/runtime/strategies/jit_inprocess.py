@@ -76,22 +76,29 @@ class JitInProcess(JustInTime):
         super().__init__(config)
         self.group: InProcessGroup | None = None
         self.rebuild: Callable[[], None] = lambda: None
+        self.release: Callable[[], None] = lambda: None
         self.backstop: threading.Thread | None = None
+        self.pending: Decision | None = None
         self.recoveries = 0
 
-    def bind(self, rt: Runtime, group: InProcessGroup, rebuild: Callable[[], None]) -> None:
-        """Use ``group`` for membership and process groups; call ``rebuild()`` after
-        each re-formed process group (re-wrap the model in DDP, re-register hooks).
-        The group's reports read ``rt``'s boundary and last posted collective."""
+    def bind(self, rt: Runtime, group: InProcessGroup, rebuild: Callable[[], None],
+             release: Callable[[], None] = lambda: None) -> None:
+        """Use ``group`` for membership and process groups. ``release()`` drops what
+        holds the old process group (the DDP wrapper) before it is destroyed, so its
+        connections close and a peer still blocked in the old collective returns;
+        ``rebuild()`` wraps the model again on the new group. The group's reports
+        read ``rt``'s boundary and last posted collective."""
         self.group = group
         self.rebuild = rebuild
+        self.release = release
         group.state_ok = lambda: _consistent(rt)
         group.completed = lambda: rt.completed
         group.posted = lambda: rt.posted
 
     # ------------------------------------------------------------------ failure
     def on_failure(self, rt: Runtime, trigger: str, phase: str) -> int | None:
-        """Recover in process (None), or save the backstop part and exit (an exit status)."""
+        """Agree on the new membership; None: recover in process (the main thread
+        re-forms in :meth:`before_redo`), else an exit status (the JIT part saved)."""
         g = self.group
         if g is None or trigger not in PEER_TRIGGERS:
             # not bound (no membership store), or this rank itself fails: plain jit
@@ -102,23 +109,40 @@ class JitInProcess(JustInTime):
         if trigger == "collective_error" and ("timed out" in error or "timeout" in error):
             trigger = "timeout"  # a peer too late for the collective: name it like a hang
         dec = self._decide(rt, m, g.gen, trigger)
+        if dec.fallback is not None or rt.rank not in dec.members:
+            return self._leave(rt, dec, trigger, phase)
+        if main:
+            self.pending = dec
+        else:
+            # the main thread is blocked in the old generation's collective; it returns
+            # with an error once the failed rank is gone, and re-forms then
+            _abort_blocked_collective()
+        return None
+
+    def before_redo(self, rt: Runtime) -> int | None:
+        """Re-form and take the source's state; a member failing meanwhile starts the
+        next membership round (at most :data:`MAX_REFORMS`)."""
+        dec, self.pending = self.pending, None
+        if dec is None or self.group is None:
+            return None
         for _ in range(MAX_REFORMS):
+            error = self._try_reform(rt, dec)
+            if error is None:
+                return None
+            rt.events.emit("failure", trigger="collective_error", in_phase="reform",
+                           step=rt.completed, completed=rt.completed, error=error,
+                           durable=True)
+            dec = self._decide(rt, self.group.members, self.group.gen, "collective_error")
             if dec.fallback is not None or rt.rank not in dec.members:
-                return self._leave(rt, dec, trigger, phase)
-            if not main:
-                # the main thread is blocked in the old generation's collective; it
-                # returns with an error once the failed rank is gone, and re-forms then
-                _abort_blocked_collective()
-                return None
-            try:
-                self._reform(rt, dec)
-                return None
-            except Exception as exc:  # noqa: BLE001 - a member failed during the transfer
-                rt.events.emit("failure", trigger="collective_error", in_phase="reform",
-                               step=rt.completed, completed=rt.completed,
-                               error=f"{type(exc).__name__}: {exc}"[:300], durable=True)
-                dec = self._decide(rt, m, g.gen, "collective_error")
-        return self._leave(rt, dec, trigger, phase)
+                return self._leave(rt, dec, "collective_error", "reform")
+        return self._leave(rt, dec, "collective_error", "reform")
+
+    def _try_reform(self, rt: Runtime, dec: Decision) -> str | None:
+        try:
+            self._reform(rt, dec)
+        except Exception as exc:  # noqa: BLE001 - a member failed during the transfer
+            return f"{type(exc).__name__}: {exc}"[:300]
+        return None
 
     def _decide(self, rt: Runtime, m: Membership, gen: int, trigger: str) -> Decision:
         g = self.group
@@ -149,6 +173,7 @@ class JitInProcess(JustInTime):
         g = self.group
         rt.events.emit("reform", "begin", new_gen=dec.gen, durable=True)
         t0 = time.monotonic()
+        self.release()
         g.leave_process_group()
         g.gen = dec.gen
         g.init_process_group()
