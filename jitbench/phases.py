@@ -151,8 +151,10 @@ def episode_events(evs: list[dict], fault: dict, key: str = "t_mono"
                and e.get("fallback") is None and e.get("new_gen") is not None
                and e[key] >= fault[key]]
     if decided:
+        # the generations after it (a member that failed while the state was sent
+        # makes the next one carry the recovery)
         new = int(decided[0]["new_gen"])
-        return cur, [e for e in evs if e["attempt"] == a and gen_of(e) == new], True
+        return cur, [e for e in evs if e["attempt"] == a and gen_of(e) >= new], True
     return cur, [e for e in evs if e["attempt"] == a + 1], False
 
 
@@ -197,9 +199,14 @@ def _episodes(evs: list[dict], key: str, spans: list[dict], world_size: int) -> 
         if not nxt:
             continue
         if in_process:
+            # this episode's transfers: those before the first step it resumed
+            first_step = min((e[key] for e in nxt if e["event"] == "step"
+                              and e["phase"] == "end"), default=math.inf)
             t_fail = min(e[key] for e in fails) if fails else tf
-            tb = [e[key] for e in nxt if e["event"] == "transfer" and e["phase"] == "begin"]
-            te = [e[key] for e in nxt if e["event"] == "transfer" and e["phase"] == "end"]
+            tb = [e[key] for e in nxt if e["event"] == "transfer" and e["phase"] == "begin"
+                  and e[key] <= first_step]
+            te = [e[key] for e in nxt if e["event"] == "transfer" and e["phase"] == "end"
+                  and e[key] <= first_step]
             if tb:
                 rows.append(_row("failure", "reform", t_fail, max(tb), **ep))
             if tb and te:

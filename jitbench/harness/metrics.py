@@ -204,7 +204,7 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
         fm.expected_replayed_steps = max(0, fm.completed_before - (fm.last_commit_step or 0))
         if in_process:  # the state came from a replica, not from disk
             decided = [e for e in cur if e["event"] == "membership" and e["phase"] == "end"
-                       and e.get("resume_step") is not None]
+                       and e.get("source") is not None]  # not an evicted rank's own view
             if decided:
                 fm.expected_replayed_steps = max(0, fm.completed_before
                                                  - int(decided[0]["resume_step"]))

@@ -73,7 +73,7 @@ def test_one_failure_recovers_in_process(tmp_path, shared_reference, kind, step,
     assert f["restored_step"] == (step if at == "optimizer" else step - 1)
     if kind == "nccl-hang":  # taken out at the hang bound, not at a backend timeout
         bound = 8.0 if step == 1 else 1.5  # hang_first_s before any step time, else the floor
-        assert bound <= f["detect_s"] <= bound + 1.0, f
+        assert bound - 0.5 <= f["detect_s"] <= bound + 1.0, f  # from the step start
         assert f["recovery_s"] - f["detect_s"] < 5.0, f  # re-form, transfer, the step itself
 
 
@@ -95,7 +95,9 @@ def test_second_failure_during_the_transfer(tmp_path, shared_reference):
     """The first replacement dies as it is about to receive the state (the survivors'
     broadcast fails); the next spare takes its place in a third generation."""
     s, run_dir = _run(tmp_path, shared_reference,
-                      [FaultSpec("kill", 1, 5), FaultSpec("kill", 1, 6, params={"at": "restore"})],
+                      [FaultSpec("kill", 1, 5),
+                       # the replacement, about to receive the state of step 4 (resuming at 5)
+                       FaultSpec("kill", 1, 5, params={"at": "restore"}, id="transfer")],
                       spares=2)
     assert s["state_equal"] is True and s["max_replayed_steps_per_failure"] <= 1
     evs = read_events(run_dir / "events")

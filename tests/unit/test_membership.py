@@ -117,3 +117,18 @@ def test_no_decision_in_time_is_one_line(store):
     with pytest.raises(MembershipError, match="no membership decision for generation 3"):
         m.wait_decision(3, timeout_s=0.1)
     assert m.wait_assignment(9, timeout_s=0.05) is None
+
+
+def test_a_hung_leader_hands_the_lead_to_a_survivor(store):
+    m = Membership(store, world_size=2, report_window_s=1.0, spare_wait_s=5.0)
+    m.post_failure(0, 1, "hang", "no progress")
+    m.report(0, _rep(0, step_done=4, posted=5))
+    m.report(0, _rep(1, step_done=4, posted=4))  # the hung one, first to detect and lead
+    assert m.try_lead(0)
+    mine = m.decide(0, me=1)
+    assert mine.hung == [1] and mine.members == {} and m.evicted(0, 1)
+    m.register_spare()  # its replacement, started once it has gone
+    dec = m.wait_decision(0, timeout_s=5, rank=0)  # rank 0 takes the lead over
+    assert dec.fallback is None and dec.source == 0 and dec.members[1]["spare"] == 0
+    # a rank evicted while the leader still waits for a spare learns it at once
+    assert m.wait_decision(0, timeout_s=1, rank=1).hung == [1]

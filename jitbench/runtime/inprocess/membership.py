@@ -244,8 +244,12 @@ class Membership:
                 out[r] = Report(**json.loads(self._get(key)))
         return out
 
-    def decide(self, gen: int, poll_s: float = 0.005) -> Decision:
+    def decide(self, gen: int, poll_s: float = 0.005, me: int | None = None) -> Decision:
         """Collect the reports of ``gen``, classify the ranks, assign spares, publish.
+
+        A leader (``me``) that finds itself hung hands the lead over (a survivor takes
+        it in :meth:`wait_decision`) and gets a decision that evicts it: its own
+        replacement can only start once it has gone.
 
         Returns:
             The decision for generation ``gen + 1`` (also written to the store).
@@ -292,6 +296,10 @@ class Membership:
             r: {"pid": rep.pid, "host": rep.host, "spare": None} for r, rep in survivors.items()}
         for r in hung:
             self._set(f"g{gen}/evict/{r}", "1")
+        if me is not None and me in hung and survivors:
+            self._set(f"g{gen}/abdicated", "1")
+            return Decision(gen=gen + 1, members={}, source=None, resume_step=0, hung=[me],
+                            trigger=trigger)
         if fallback is None:
             for r in dead + hung:
                 sid, info = self._take_spare()
@@ -313,8 +321,11 @@ class Membership:
         self._add("gen", 1)
         return dec
 
-    def wait_decision(self, gen: int, timeout_s: float, poll_s: float = 0.005) -> Decision:
-        """The leader's decision for ``gen``'s failure.
+    def wait_decision(self, gen: int, timeout_s: float, poll_s: float = 0.005,
+                      rank: int | None = None) -> Decision:
+        """The leader's decision for ``gen``'s failure. With ``rank``: as soon as the
+        leader evicts that rank, a decision that names it hung (the leader may still be
+        waiting for a spare, which may be this very rank's replacement).
 
         Raises:
             MembershipError: none within ``timeout_s`` (s), or the store failed.
@@ -322,6 +333,12 @@ class Membership:
         key = f"g{gen}/decision"
         deadline = time.monotonic() + timeout_s
         while not self._has(key):
+            if rank is not None and self.evicted(gen, rank):
+                return Decision(gen=gen + 1, members={}, source=None, resume_step=0,
+                                hung=[rank])
+            if (rank is not None and self._has(f"g{gen}/abdicated")
+                    and self._add(f"g{gen}/lead2", 1) == 1):
+                return self.decide(gen, poll_s, me=rank)
             if time.monotonic() > deadline:
                 raise MembershipError(f"no membership decision for generation {gen} within "
                                       f"{timeout_s:g} s")

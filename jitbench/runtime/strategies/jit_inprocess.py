@@ -151,7 +151,8 @@ class JitInProcess(JustInTime):
         if m.failure_posted(gen) is None:
             m.post_failure(gen, rt.rank, trigger, f"rank {rt.rank}: {trigger}")
         g.report(m, gen)
-        dec = m.decide(gen) if m.try_lead(gen) else m.wait_decision(gen, DECISION_TIMEOUT_S)
+        dec = (m.decide(gen, me=rt.rank) if m.try_lead(gen)
+               else m.wait_decision(gen, DECISION_TIMEOUT_S, rank=rt.rank))
         rt.events.emit("membership", "end", new_gen=dec.gen, dead=dec.dead,
                        hung=dec.hung, source=dec.source, resume_step=dec.resume_step,
                        fallback=dec.fallback, decided_s=dec.decided_s,
