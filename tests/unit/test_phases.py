@@ -46,7 +46,9 @@ def test_phases_of_one_failure(tmp_path):
     _run(tmp_path)
     t = phases.derive(phases.read_events(tmp_path), 2)
     f = {r["phase"]: r for r in t[t["scope"] == "failure"].to_dict("records")}
-    assert list(f) == ["fault", "detect", "save", "restart", "restore", "replay", "recovery"]
+    assert list(f) == ["fault", "detect", "stall", "save", "restart", "restore", "replay",
+                       "recovery"]
+    assert f["stall"]["t1"] == 10.5  # the first step end of any rank after the fault
     assert f["detect"]["dur_s"] == 4.5 - 4.2 and f["detect"]["trigger"] == "peer"
     assert f["save"]["dur_s"] == 4.9 - 4.6 and f["save"]["kind"] == "jit"
     assert f["restart"]["t0"] == 4.9 and f["restart"]["t1"] == 9.0 and f["restart"]["ok"]
