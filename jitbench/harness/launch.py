@@ -59,9 +59,31 @@ class LaunchResult:
     """The launch ran past ``timeout_s`` and the harness stopped the agent."""
 
 
+FT_LAUNCHER = "nvidia_resiliency_ext.fault_tolerance.launcher"
+"""NVRx's ``ft_launcher`` module (a fork of torchrun with rank monitors)."""
+FT_CHECK_INTERVAL_S = 0.25
+"""How often NVRx's rank monitors check their rank (``--ft-workload-check-interval``, s)."""
+
+
+def ft_launcher_args(spec: RunSpec) -> list[str]:
+    """``ft_launcher`` options of a ``nvrx`` run: heartbeat timeouts from the spec's hang
+    settings (first heartbeat ``hang_first_s``, then ``hang_floor_s``), SIGTERM for a
+    rank that misses one, restart policy ``any-failed``; NIC monitoring off (no NICs to
+    watch on CPU)."""
+    return ["--ft-initial-rank-heartbeat-timeout", str(spec.hang_first_s),
+            "--ft-rank-heartbeat-timeout", str(spec.hang_floor_s),
+            "--ft-workload-check-interval", str(FT_CHECK_INTERVAL_S),
+            "--ft-rank-termination-signal", "SIGTERM", "--ft-restart-policy", "any-failed",
+            "--ft-enable-nic-monitor", "false", "--ft-log-level", "INFO"]
+
+
 def agent_command(spec: RunSpec, run_dir: Path) -> list[str]:
-    """The ``torch.distributed.run`` command line for a run (this node's agent)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run"]
+    """The launcher command line for a run (this node's agent): ``torch.distributed.run``,
+    or NVRx's ``ft_launcher`` where the strategy's registry entry says so."""
+    from jitbench.runtime.strategies import parse
+
+    ft = parse(spec.strategy).entry.launcher == "ft_launcher"
+    cmd = [sys.executable, "-m", FT_LAUNCHER if ft else "torch.distributed.run"]
     if spec.rdzv_endpoint:
         cmd += ["--nnodes", str(spec.nnodes), "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", spec.rdzv_endpoint, "--rdzv-id",
@@ -69,8 +91,10 @@ def agent_command(spec: RunSpec, run_dir: Path) -> list[str]:
     else:
         cmd += ["--standalone", "--nnodes", "1"]
     cmd += ["--nproc-per-node", str(spec.nproc), "--max-restarts", str(spec.max_restarts),
-            "--monitor-interval", "0.1", "-m", "jitbench.harness.worker", str(run_dir)]
-    return cmd
+            "--monitor-interval", "0.1"]
+    if ft:
+        cmd += ft_launcher_args(spec)
+    return cmd + ["-m", "jitbench.harness.worker", str(run_dir)]
 
 
 def _rank0_progress(events_dir: Path, offsets: dict, state: dict) -> None:
@@ -232,7 +256,8 @@ def stop_agent(proc: subprocess.Popen, run_dir: Path | None = None, grace_s: flo
             reap(run_dir, proc.pid)
 
 
-_LAUNCHED = ("torch.distributed.run", "jitbench.harness.worker")
+_LAUNCHED = ("torch.distributed.run", "jitbench.harness.worker", FT_LAUNCHER,
+             "jitbench.harness.torchft_worker")
 """Module names on the command lines of the processes a launch starts."""
 
 
