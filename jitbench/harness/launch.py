@@ -156,7 +156,17 @@ def launch(spec: RunSpec, run_dir: Path, progress: Callable[[dict], None] | None
 
     Returns:
         A :class:`LaunchResult`; the agent's output is in ``run_dir/agent.log``.
+
+    The strategy's registry entry picks the launcher: ``agent`` and ``ft_launcher``
+    run here (one agent for the world: torchrun or NVRx's ft_launcher),
+    ``torchft`` runs :func:`jitbench.harness.torchft_launch.launch_torchft`.
     """
+    from jitbench.runtime.strategies import parse
+
+    if parse(spec.strategy).entry.launcher == "torchft":
+        from jitbench.harness.torchft_launch import launch_torchft
+
+        return launch_torchft(spec, run_dir, progress, timeout_s)
     run_dir = Path(run_dir).resolve()  # workers are found by this exact argument
     log_path = run_dir / "agent.log"
     env = dict(os.environ)

@@ -31,6 +31,9 @@ first such fault; faults marked ``fails_job: false`` in their event, such as
   last checkpoint, ``none`` everything, ``jit`` the steps since its JIT save).
 - ``recovery_s``: fault -> the end (all ranks) of the first step that had not
   completed before the fault.
+- ``stall_s``: fault -> the first step end of *any* rank after the fault (a
+  survivor that goes on with fewer replicas, as under ``torchft``, ends it
+  long before ``recovery_s``).
 - ``wasted_gpu_s``: ``world_size x (recovery_s + lost_partial_s - step_s)``,
   where ``lost_partial_s`` is the interrupted step's time before the fault and
   ``step_s`` the median fault-free step time: GPU-seconds not spent on new
@@ -85,6 +88,11 @@ class FailureMetrics:
     """``[part, reason]`` of newer parts the restore rejected (fell back past them)."""
     fault_ranks: list = field(default_factory=list)
     """Ranks hit by failing faults of the episode."""
+    stall_s: float | None = None
+    """Fault -> the first step end of any rank after it (s)."""
+    degraded_rank_steps: int | None = None
+    """``torchft``: step ends of survivors between the fault and the recovery step
+    (progress with fewer replicas; subtracted from ``wasted_gpu_s`` at ``step_s`` each)."""
 
 
 @dataclass
@@ -128,19 +136,24 @@ class RunMetrics:
 
 
 def compute(run_dir: str | Path, spec_steps: int, world_size: int,
-            events: list[dict] | None = None, phase_table=None) -> RunMetrics:
+            events: list[dict] | None = None, phase_table=None,
+            per_replica: bool = False) -> RunMetrics:
     """Derive run and failure metrics of ``run_dir``.
 
     The spans (detect, save, restart, restore, replay, recovery, checkpoint
     saves, staging, probes) come from the phases table
     (:mod:`jitbench.phases`: ``phase_table``, else ``run_dir/phases.parquet``,
     else derived from the events); counts and steps from the events
-    (``events``, else read from ``run_dir/events``).
+    (``events``, else read from ``run_dir/events``). ``per_replica``: only failed
+    ranks restart (``torchft``; see :func:`jitbench.phases.derive`): the steps
+    completed before a fault are those that ended before it, the restored step is
+    the failed rank's, and steps completed by survivors during the episode are
+    not counted as waste.
     """
     evs = events if events is not None else phases.read_events(run_dir)
     ph = phase_table if phase_table is not None else (
-        phases.derive(evs, world_size) if events is not None
-        else phases.load(run_dir, world_size))
+        phases.derive(evs, world_size, per_replica) if events is not None
+        else phases.load(run_dir, world_size, per_replica))
     rows = ph.to_dict("records")
     attempts = sorted({e["attempt"] for e in evs})
 
@@ -168,10 +181,16 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
         a = int(f0["attempt"])
         cur = [e for e in evs if e["attempt"] == a]
         nxt = [e for e in evs if e["attempt"] == a + 1]
+        if per_replica:  # attempts are per rank: read the failed rank and the time line
+            key = phases.clock(evs)
+            cur = [e for e in evs if e[key] <= f0["t0"]]
+            nxt = [e for e in nxt if e["rank"] == f0["rank"]]
         fm = FailureMetrics(f0["kind"], _int(f0["rank"]), _int(f0["step"]), a)
         fm.fault_ranks = sorted({e["rank"] for e in failing if e["attempt"] == a})
         if "detect" in ep:
             fm.detect_s, fm.trigger = _val(ep["detect"]["dur_s"]), _val(ep["detect"]["trigger"])
+        if "stall" in ep:
+            fm.stall_s = _val(ep["stall"]["dur_s"])
         fm.save_s = _val(ep["save"]["dur_s"])
         commits = [(e["step"], e.get("part")) for e in evs if e["attempt"] <= a
                    and e["event"] == "save" and e["phase"] == "end" and e.get("ok", True)]
@@ -204,6 +223,14 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
                 if step_s is not None:
                     fm.wasted_gpu_s = world_size * max(
                         0.0, fm.recovery_s + (fm.lost_partial_s or 0.0) - step_s)
+                    if per_replica:  # survivors' committed steps in the episode were progress
+                        key = phases.clock(evs)
+                        t_end = ep["recovery"]["t1"]
+                        fm.degraded_rank_steps = sum(
+                            1 for e in evs if e["event"] == "step" and e["phase"] == "end"
+                            and f0["t0"] < e[key] < t_end)
+                        fm.wasted_gpu_s = max(0.0, fm.wasted_gpu_s
+                                              - fm.degraded_rank_steps * step_s)
         failures.append(fm)
 
     def spans(phase: str, kinds: tuple = ()) -> list[float]:

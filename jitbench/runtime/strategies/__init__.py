@@ -87,7 +87,13 @@ REGISTRY: dict[str, Entry] = {e.name: e for e in (
           promise="no committed step is executed twice, and the replacement joins at the "
                   "survivors' step with the survivors' state (equal parameters at every "
                   "step after it joins)",
-          unsupported_faults=_NO_CKPT_FILES),
+          unsupported_faults=_NO_CKPT_FILES + (
+              ("nccl-timeout", "torchft's all-reduce takes the Manager's timeout, not a "
+                               "per-operation one"),
+              ("desync", "an extra collective on torchft's process group breaks its quorum "
+                         "bookkeeping, not the training"),
+              ("xid", "the GPU health check belongs to the jitbench runtime, which torchft "
+                      "does not run"))),
     Entry("nvrx", "jitbench.runtime.strategies.nvrx:Nvrx",
           "NVIDIA Resiliency Extension: ft_launcher heartbeats detect hangs, in-job restart "
           "from a checkpoint every N steps (nvrx = nvrx:5)", interval="optional",
