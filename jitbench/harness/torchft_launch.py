@@ -71,6 +71,10 @@ def launch_torchft(spec: RunSpec, run_dir: Path,
         ImportError: torchft is not installed (the spec's validation refuses this first).
     """
     import torch.distributed as dist
+
+    # the Lighthouse logs every quorum tick at INFO into this process's stderr (the
+    # terminal); its level is read once, when torchft's native module sets up logging
+    os.environ.setdefault("RUST_LOG", "warn")
     from torchft.coordination import LighthouseServer
 
     run_dir = Path(run_dir).resolve()

@@ -23,9 +23,12 @@ scheduler, step) at the end.
 
 from __future__ import annotations
 
+import faulthandler
 import hashlib
+import logging
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -70,12 +73,14 @@ def _digest(model: torch.nn.Module) -> str:
 
 
 def _liveness(events: EventLog, progress: dict) -> None:
-    """The scheduler's liveness probe: end the process when no step completed for
-    :data:`LIVENESS_S` after the first one."""
+    """The scheduler's liveness probe: end the process when one step's compute
+    (forward, backward, all-reduce, commit) has run for :data:`LIVENESS_S`. Waiting
+    for a quorum is not counted: torchft holds a healthy replica there."""
     while True:
         time.sleep(0.25)
-        last = progress.get("t")
-        if last is not None and time.monotonic() - last > LIVENESS_S:
+        since = progress.get("in_step_since")
+        if since is not None and time.monotonic() - since > LIVENESS_S:
+            faulthandler.dump_traceback(all_threads=False)
             events.emit("failure", trigger="liveness", in_phase="compute",
                         step=progress.get("step"), durable=True)
             events.emit("exit", code=EXIT_STUCK, durable=True)
@@ -85,6 +90,11 @@ def _liveness(events: EventLog, progress: dict) -> None:
 
 def main(argv: list[str]) -> int:
     die_with_parent()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks into agent.log
+    log = logging.StreamHandler(sys.stderr)
+    log.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logging.getLogger("torchft").addHandler(log)
+    logging.getLogger("torchft").setLevel(logging.INFO)
     run_dir = Path(argv[0])
     spec = RunSpec.load(run_dir / "spec.json")
     rank, world = int(os.environ[ENV_SLOT]), spec.world_size
@@ -140,7 +150,7 @@ def main(argv: list[str]) -> int:
     model = wrap_model(manager, wl.model, before_allreduce)
     optimizer = OptimizerWrapper(manager, wl.optimizer)
     events.emit("init", "end", workload=wl.describe(), replica_id=f"jitbench{rank}")
-    progress: dict = {"t": None, "step": 0}
+    progress: dict = {"in_step_since": None, "step": 0}
     threading.Thread(target=_liveness, args=(events, progress), daemon=True).start()
 
     accum = spec.workload.grad_accum
@@ -160,6 +170,7 @@ def main(argv: list[str]) -> int:
             break
         events.emit("step", "begin", step=step, cpu_s=time.process_time())
         t0 = time.monotonic()
+        progress["in_step_since"], progress["step"] = t0, step
         injector.step = step
         injector.at("step", step)
         ids: list[int] = []
@@ -186,6 +197,7 @@ def main(argv: list[str]) -> int:
         replicas = manager.num_participants()
         optimizer.step()  # should_commit: the optimizer steps only if every replica agrees
         committed = manager.current_step() == step
+        progress["in_step_since"] = None
         if not committed or error is not None:
             events.emit("failure", trigger="collective_error" if error else "not_committed",
                         in_phase="compute", step=step, error=error, replicas=replicas,
@@ -195,7 +207,6 @@ def main(argv: list[str]) -> int:
             continue
         wl.scheduler.step()
         dur = time.monotonic() - t0
-        progress["t"], progress["step"] = time.monotonic(), step
         events.emit("step", "end", step=step, dur_s=dur, loss=loss_sum,
                     lr=wl.scheduler.get_last_lr()[0], sample_ids=ids, micro=micros,
                     replicas=replicas, digest=_digest(wl.model))
@@ -207,7 +218,6 @@ def main(argv: list[str]) -> int:
                                            "scheduler": wl.scheduler.state_dict(),
                                            "step": manager.current_step()}))
     events.emit("done", step=manager.current_step(), durable=True)
-    progress["t"] = None
     members.add("finished", 1)
     while int(members.add("finished", 0)) < world and not _peer_gone(members, world):
         time.sleep(0.05)  # a survivor still serving the replacement's heal stays up

@@ -53,11 +53,16 @@ process group would break its quorum bookkeeping, not the training), ``xid``
 (the GPU health check is the jitbench runtime's, which torchft does not run).
 
 A hung replica (``nccl-hang``): torchft's collective timeout frees the
-survivors, which go on without it after ``join_timeout_ms``; torchft has no
-detector for a replica stuck outside a collective (its heartbeat thread keeps
-beating). The harness plays the cluster scheduler's liveness probe: a worker
-whose training loop makes no progress for :data:`LIVENESS_S` ends itself
-(exit status :data:`EXIT_STUCK`) and its agent starts a replacement.
+survivors from the all-reduce, but the hung process keeps heartbeating (the
+Manager's heartbeat is a native thread), and the Lighthouse forms a quorum
+only with more than half of the heartbeating replicas (its split-brain rule,
+``quorum_compute`` in torchft's ``src/lighthouse.rs``); with two replica
+groups the survivor therefore waits until the hung process is gone, with
+three or more the survivors go on after ``join_timeout_ms``. torchft has no
+detector for a replica stuck inside its own step. The harness plays the
+cluster scheduler's liveness probe: a worker whose step has run for
+:data:`LIVENESS_S` (waiting for a quorum does not count) ends itself (exit
+status :data:`EXIT_STUCK`) and its agent starts a replacement.
 """
 
 from __future__ import annotations
@@ -71,9 +76,11 @@ __all__ = ["EXIT_STUCK", "LIVENESS_S", "TorchFT", "make_manager", "wrap_model"]
 
 EXIT_STUCK = 79
 """Exit status of a torchft worker ended by the liveness probe (no progress)."""
-LIVENESS_S = 10.0
-"""The scheduler's liveness bound for a torchft replica: no step completed for this
-long (s) after its first step ends the process."""
+LIVENESS_S = 6.0
+"""The scheduler's liveness bound for a torchft replica (s): a step (forward,
+backward, all-reduce, commit; not the quorum wait) running this long ends the
+process. Above the collective timeout (``hang_floor_s``, 2 s by default) so that a
+survivor freed by that timeout is never taken for a hung replica."""
 
 
 class TorchFT(Strategy):
