@@ -192,6 +192,7 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     summary["replay_ok"] = (replay_ok(spec.strategy, fails) if not per_replica
                             else heal_ok(evs, fails, m.completed))
     summary["replay_promise"] = entry.promise or entry.replay_bound
+    summary["bitwise_promised"] = entry.bitwise
     summary["num_failures"] = len(fails)
     summary["trigger"] = fails[0].trigger if fails else None
     summary["restored_kind"] = fails[0].restored_kind if fails else None

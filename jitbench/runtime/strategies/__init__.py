@@ -58,6 +58,10 @@ class Entry:
     """The optional extra that installs :attr:`requires` (``pip install -e '.[EXTRA]'``)."""
     promise: str = ""
     """What ``replay_ok`` checks for this strategy, in words (empty: the replay bound)."""
+    bitwise: bool = True
+    """The recovered run promises the fault-free run's final state bitwise
+    (``state_equal`` is judged); False for a peer that trains on with fewer replicas
+    (``state_equal`` and ``max_abs_diff`` are reported, not judged)."""
     default_interval: int = 0
     """``interval="optional"``: the interval when ``NAME`` is given without ``:N``."""
     unsupported_faults: tuple[tuple[str, str], ...] = ()
@@ -83,6 +87,7 @@ REGISTRY: dict[str, Entry] = {e.name: e for e in (
     Entry("torchft", "jitbench.runtime.strategies.torchft:TorchFT",
           "torchft: per-step quorum (Lighthouse), survivors go on, the replacement heals "
           "from a survivor", replay_bound="none", writes="never", launcher="torchft",
+          bitwise=False,
           requires=("torchft",), extra="peers",
           promise="no committed step is executed twice, and the replacement joins at the "
                   "survivors' step with the survivors' state (equal parameters at every "
