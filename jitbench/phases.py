@@ -151,7 +151,6 @@ def _episodes(evs: list[dict], key: str, spans: list[dict], world_size: int) -> 
             first = min(fails, key=lambda e: e[key])
             rows.append(_row("failure", "detect", tf, first[key], rank=first["rank"],
                              trigger=first.get("trigger"), **ep))
-        rows += _stall(evs, key, tf, ep)
         mine = [r for r in spans if r["attempt"] == a and r["phase"] == "save"]
         save = _slowest([r for r in mine if r["kind"] == "jit"])
         if save is None:
@@ -242,7 +241,6 @@ def _episodes_per_replica(evs: list[dict], key: str, spans: list[dict],
             rows.append(_row("failure", "detect", tf, first[key], rank=first["rank"],
                              trigger=first.get("trigger"), **ep))
         rows.append(_row("failure", "save", None, None, dur_s=0.0, **ep))
-        rows += _stall(evs, key, tf, ep)
         old = [e for e in evs if e["rank"] == r and e["attempt"] == a]
         nxt = [e for e in evs if e["rank"] == r and e["attempt"] == a + 1]
         inits = [e for e in nxt if e["event"] == "init" and e["phase"] == "end"]
@@ -296,7 +294,10 @@ def derive(evs: list[dict], world_size: int, per_replica: bool = False):
         rows.append(_row("run", "attempt", min(ts), max(ts), attempt=a))
     spans = _spans(evs, key)
     rows += spans
-    rows += (_episodes_per_replica if per_replica else _episodes)(evs, key, spans, world_size)
+    eps = (_episodes_per_replica if per_replica else _episodes)(evs, key, spans, world_size)
+    for f in [r for r in eps if r["phase"] == "fault"]:
+        eps += _stall(evs, key, f["t0"], {"failure": f["failure"], "attempt": f["attempt"]})
+    rows += eps
     t = pd.DataFrame(rows, columns=list(COLUMNS[:-1]))
     t["clock"] = key
     return t
