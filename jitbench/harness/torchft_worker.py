@@ -51,6 +51,8 @@ from jitbench.workloads import build_workload
 ENV_SLOT = "JITBENCH_SLOT"
 ENV_MEMBERS = "JITBENCH_MEMBERS"
 ENV_LIGHTHOUSE = "TORCHFT_LIGHTHOUSE"
+JOB_DONE = "job_done"
+"""Store key set by the first replica that finished every step."""
 
 
 class _NoRuntime:
@@ -132,6 +134,7 @@ def main(argv: list[str]) -> int:
         members.add("started", 1)
         while int(members.add("started", 0)) < world:
             time.sleep(0.02)
+    _late(events, members, attempt)
     notices = dist.PrefixStore(f"jitbench/notices/{rank}/{attempt}", members)
     faults = attach(_NoRuntime(), spec.faults, rank=rank, attempt=attempt, world_size=world,
                     device_index=0, backend="gloo", seed=spec.workload.seed, run_dir=run_dir,
@@ -160,6 +163,8 @@ def main(argv: list[str]) -> int:
             events.emit("restore", "begin", durable=True)
         optimizer.zero_grad(set_to_none=True)  # quorum; a replacement heals here
         step = manager.current_step() + 1
+        if first and not healed:
+            _late(events, members, attempt)  # alone in its quorum: the others are gone
         if first:
             kind = "heal" if healed else "fresh"
             events.emit("restore", "end", step=step - 1, kind=kind, ok=True,
@@ -218,17 +223,22 @@ def main(argv: list[str]) -> int:
                                            "scheduler": wl.scheduler.state_dict(),
                                            "step": manager.current_step()}))
     events.emit("done", step=manager.current_step(), durable=True)
-    members.add("finished", 1)
-    while int(members.add("finished", 0)) < world and not _peer_gone(members, world):
-        time.sleep(0.05)  # a survivor still serving the replacement's heal stays up
+    # a heal happens inside a quorum both sides attend: nothing is owed to anyone now
+    members.set(JOB_DONE, "1")
     manager.shutdown(wait=False)
     events.emit("exit", code=0, durable=True)
     events.close()
     os._exit(0)
 
 
-def _peer_gone(members, world: int) -> bool:
-    return members.check(["shutdown"])
+def _late(events: EventLog, members, attempt: int) -> None:
+    """A replacement that arrives after the survivors finished: nothing to join."""
+    if attempt > 0 and members.check([JOB_DONE]):
+        events.emit("warning", where="torchft", message="the job finished before this "
+                    "replacement joined; it leaves without training", durable=True)
+        events.emit("exit", code=0, durable=True)
+        events.close()
+        os._exit(0)
 
 
 class _null:
