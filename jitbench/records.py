@@ -286,6 +286,11 @@ def verdict(summary: dict, strict: bool = False) -> tuple[ExitStatus, str]:
     most = int(_num(s.get("max_replayed_steps_per_failure")))
     if str(s.get("strategy")) == "jit" and most > 1:
         return ExitStatus.INCORRECT, f"JIT replayed {most} steps in one failure"
+    if (strict and not _is(s.get("replay_ok"), True) and not _is(s.get("replay_ok"), False)
+            and int(_num(s.get("late_replacements")))):
+        return ExitStatus.RUN_FAILED, ("the job finished before the replacement joined: "
+                                       "recovery was never reached (run more steps after "
+                                       "the fault)")
     if _is(s.get("replay_ok"), False) or (strict and not _is(s.get("replay_ok"), True)):
         if not bitwise:
             return ExitStatus.INCORRECT, (f"{s.get('strategy')} broke its promise: "

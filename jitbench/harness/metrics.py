@@ -122,6 +122,8 @@ class RunMetrics:
     loss_first: float | None
     loss_last: float | None
     failures: list[FailureMetrics]
+    late_replacements: int = 0
+    """``torchft``: replacements that arrived after the job finished (never joined)."""
     auto_interval: dict | None = None
     """``periodic:auto``: the first ``auto_interval`` event's choice (interval in
     steps, measured ``cost_s`` and ``step_s``, ``mtbf_s``, Young's interval in s)."""
@@ -167,7 +169,11 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
                      + [e["step"] for e in evs if e["event"] in ("restore", "done")
                         and e.get("phase", "end") in ("end", "point")
                         and isinstance(e.get("step"), int)], default=0)
-    completed = (len({e["rank"] for e in done if e["step"] == spec_steps}) == world_size)
+    finished = {e["rank"] for e in done if e["step"] == spec_steps}
+    # per replica (torchft): a replacement that arrived after the survivors finished
+    # leaves without training; the job completed, its recovery was never reached
+    late = {e["rank"] for e in evs if e["event"] == "warning" and e.get("late")}
+    completed = len(finished | (late if per_replica and finished else set())) == world_size
 
     episodes: dict[int, dict[str, dict]] = defaultdict(dict)
     for r in rows:
@@ -268,7 +274,8 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
         max_replayed_steps_per_failure=max((f.replayed_steps or 0 for f in failures), default=0),
         loss_first=rank0[0].get("loss") if rank0 else None,
         loss_last=rank0[-1].get("loss") if rank0 else None, failures=failures,
-        auto_interval=auto, slow_windows=windows, normal_step_s=normal)
+        auto_interval=auto, slow_windows=windows, normal_step_s=normal,
+        late_replacements=len(late) if per_replica else 0)
 
 
 def _val(v):

@@ -193,6 +193,7 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
                             else heal_ok(evs, fails, m.completed))
     summary["replay_promise"] = entry.promise or entry.replay_bound
     summary["bitwise_promised"] = entry.bitwise
+    summary["late_replacements"] = m.late_replacements
     summary["num_failures"] = len(fails)
     summary["trigger"] = fails[0].trigger if fails else None
     summary["restored_kind"] = fails[0].restored_kind if fails else None
@@ -283,9 +284,11 @@ def heal_ok(evs: list[dict], failures: list, completed: bool) -> bool | None:
     """torchft's promise (registry ``promise``): no committed step is executed twice
     on any rank, and a replacement joins at the survivors' step with their state
     (after its restore, every step it completes has the same parameter digest on
-    every rank that completed it). None when a failure did not recover.
+    every rank that completed it). None when a replacement never healed (it
+    arrived after the job finished); a replacement that healed in the job's last
+    quorum kept the promise though no step ran after it (``recovery_s`` None).
     """
-    if any(f.recovery_s is None for f in failures):
+    if any(f.restored_step is None for f in failures):
         return None
     ends = [e for e in evs if e["event"] == "step" and e["phase"] == "end"]
     seen: set[tuple[int, int]] = set()

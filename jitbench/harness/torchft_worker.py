@@ -235,7 +235,7 @@ def _late(events: EventLog, members, attempt: int) -> None:
     """A replacement that arrives after the survivors finished: nothing to join."""
     if attempt > 0 and members.check([JOB_DONE]):
         events.emit("warning", where="torchft", message="the job finished before this "
-                    "replacement joined; it leaves without training", durable=True)
+                    "replacement joined; it leaves without training", late=True, durable=True)
         events.emit("exit", code=0, durable=True)
         events.close()
         os._exit(0)
