@@ -206,7 +206,8 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
         invalid = {name for r in rend for name, _ in r.get("skipped", [])}
         fm.last_commit_step = max((st for st, part in commits if part not in invalid),
                                   default=None)
-        fm.expected_replayed_steps = max(0, fm.completed_before - (fm.last_commit_step or 0))
+        fm.expected_replayed_steps = (0 if per_replica else  # survivors keep their state
+                                      max(0, fm.completed_before - (fm.last_commit_step or 0)))
         begins = [r for r in rows if r["scope"] == "rank" and r["phase"] == "step"
                   and r["attempt"] == a and r["rank"] == f0["rank"]
                   and r["step"] == f0["step"] and _val(r["t0"]) is not None]
