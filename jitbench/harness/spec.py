@@ -160,6 +160,16 @@ class RunSpec:
             if f.kind in why:
                 raise SpecError(f"fault {f.kind} cannot be expressed under strategy {st.name}: "
                                 f"{why[f.kind]}")
+        if st.entry.launcher == "torchft":
+            if self.backend != "gloo":
+                raise SpecError("strategy torchft runs torchft's ProcessGroupGloo on CPU here; "
+                                "its NCCL process groups are not wired (use --backend gloo)")
+            if self.workload.extra.get("amp") == "fp16":
+                raise SpecError("strategy torchft: torchft's OptimizerWrapper steps the "
+                                "optimizer itself, so the fp16 GradScaler is not wired "
+                                "(use --amp bf16 or none)")
+            if self.segments:
+                raise SpecError("strategy torchft cannot switch strategies inside one launch")
         if st.entry.launcher != "agent" and self.nnodes > 1:
             raise SpecError(f"strategy {st.name} runs on one node here (its launcher binds "
                             "the loopback address)")
