@@ -12,7 +12,8 @@ Each agent is ``python -m torch.distributed.run --standalone --nproc-per-node 1
 cluster scheduler restarts a failed replica group), which joins the next
 quorum and heals from a survivor. The Lighthouse is created before the agents
 and shut down after every agent has exited (also on errors, timeouts and
-interrupts). Lighthouse settings: :data:`MIN_REPLICAS` (survivors may go on
+interrupts: Ctrl-C or SIGTERM to the harness stops every agent, whose workers
+then stop; what was recorded stays). Lighthouse settings: :data:`MIN_REPLICAS` (survivors may go on
 alone), :data:`JOIN_TIMEOUT_MS` (how long a quorum waits for a replica that
 heartbeats but does not ask: a hung one), :data:`HEARTBEAT_TIMEOUT_MS` (a
 replica silent this long is out: a dead one).
@@ -23,6 +24,7 @@ Limits: one node (everything binds the loopback address).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -93,6 +95,15 @@ def launch_torchft(spec: RunSpec, run_dir: Path,
     interrupted = timed_out = False
     procs: list[subprocess.Popen] = []
     ended_at: float | None = None
+    prev_term = signal.getsignal(signal.SIGTERM)
+
+    def _on_term(signum, frame):  # SIGTERM to the harness stops the run like Ctrl-C
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, _on_term)
+    except ValueError:  # not the main thread
+        prev_term = None
     try:
         with open(log_path, "ab") as log:
             log.write(f"torchft lighthouse at {lighthouse.address()}\n".encode())
@@ -131,6 +142,8 @@ def launch_torchft(spec: RunSpec, run_dir: Path,
                 interrupted = interrupted or bool(got)
     finally:
         lighthouse.shutdown()
+        if prev_term is not None:
+            signal.signal(signal.SIGTERM, prev_term)
     codes = [p.wait() for p in procs]
     rc = next((c for c in codes if c != 0), 0)
     return LaunchResult(rc, time.monotonic() - t0, interrupted, log_path, timed_out)
