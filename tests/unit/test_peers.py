@@ -120,3 +120,12 @@ def test_gate_refuses_other_peer_versions():
     _check_peer_versions(pd.DataFrame([{"strategy": "jit"}]),
                          pd.DataFrame([{"strategy": "jit", "machine_peer_torchft": "0.2.0"}]), v)
     assert v.notes and json.dumps(v.notes)
+
+
+def test_model_from_results_leaves_the_peers_rows_out():
+    from jitbench.reports.projection import params_from_table
+
+    t = pd.DataFrame([{"strategy": "jit", "restart_s": 2.0, "step_s": 0.1},
+                      {"strategy": "torchft", "restart_s": 50.0, "step_s": 0.1},
+                      {"strategy": "nvrx:5", "restart_s": 50.0, "step_s": 0.1}])
+    assert params_from_table(t)["restart_s"] == 2.0
