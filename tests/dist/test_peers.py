@@ -136,3 +136,18 @@ def test_nvrx_hang_detected_by_missed_heartbeat_within_timeout(tmp_path, shared_
     assert "Did not get subsequent heartbeat" in (out.run_dir / "agent.log").read_text()
     assert s["replayed_steps"] == s["expected_replayed_steps"] and s["replay_ok"]
     assert s["state_equal"] is True
+
+
+@needs_nvrx
+def test_nvrx_sections_hang_detected_by_the_step_section_timeout(tmp_path, shared_reference):
+    spec = small_spec(16, faults=[FaultSpec("nccl-hang", 1, FAULT_STEP)],
+                      strategy="nvrx-sections:3")
+    out = run_spec(spec, tmp_path / "run", timeout_s=360, reference_from=shared_reference(spec))
+    s = out.summary
+    assert s["completed"], (out.run_dir / "agent.log").read_text()[-3000:]
+    assert not run_processes(out.run_dir)
+    assert s["trigger"] == "sigterm"  # the rank monitor's, on the open 'step' section
+    assert s["detect_s"] <= spec.hang_floor_s + FT_CHECK_INTERVAL_S + 0.5
+    assert "Section 'step' has been open" in (out.run_dir / "agent.log").read_text()
+    assert s["replayed_steps"] == s["expected_replayed_steps"] and s["replay_ok"]
+    assert s["state_equal"] is True

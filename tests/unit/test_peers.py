@@ -129,3 +129,17 @@ def test_model_from_results_leaves_the_peers_rows_out():
                       {"strategy": "torchft", "restart_s": 50.0, "step_s": 0.1},
                       {"strategy": "nvrx:5", "restart_s": 50.0, "step_s": 0.1}])
     assert params_from_table(t)["restart_s"] == 2.0
+
+
+def test_ft_launcher_gets_heartbeat_or_section_timeouts_from_the_hang_settings():
+    from jitbench.harness.launch import agent_command
+
+    hb = agent_command(small_spec(strategy="nvrx"), __import__("pathlib").Path("/r"))
+    assert "nvidia_resiliency_ext.fault_tolerance.launcher" in hb
+    assert hb[hb.index("--ft-rank-heartbeat-timeout") + 1] == "1.5"
+    assert hb[hb.index("--ft-rank-termination-signal") + 1] == "SIGTERM"
+    sec = agent_command(small_spec(strategy="nvrx-sections"), __import__("pathlib").Path("/r"))
+    assert sec[sec.index("--ft-rank-section-timeouts") + 1] == "step:1.5"
+    assert "--ft-rank-heartbeat-timeout" not in sec
+    plain = agent_command(small_spec(strategy="jit"), __import__("pathlib").Path("/r"))
+    assert "torch.distributed.run" in plain and not any(a.startswith("--ft-") for a in plain)

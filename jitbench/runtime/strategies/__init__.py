@@ -104,6 +104,11 @@ REGISTRY: dict[str, Entry] = {e.name: e for e in (
           "from a checkpoint every N steps (nvrx = nvrx:5)", interval="optional",
           default_interval=5, replay_bound="interval", writes="rank0",
           launcher="ft_launcher", requires=("nvidia_resiliency_ext",), extra="peers"),
+    Entry("nvrx-sections", "jitbench.runtime.strategies.nvrx:NvrxSections",
+          "NVRx ft_launcher with section-based hang detection (a timeout per step section) "
+          "instead of heartbeats; checkpoint every N steps (nvrx-sections = nvrx-sections:5)",
+          interval="optional", default_interval=5, replay_bound="interval", writes="rank0",
+          launcher="ft_launcher", requires=("nvidia_resiliency_ext",), extra="peers"),
 )}
 
 

@@ -38,8 +38,9 @@ frees a hung rank by aborting its NCCL communicator (``inprocess.abort``, CUDA);
 a gloo collective cannot be aborted (DESIGN.md, "Known traps"), so on CPU it
 cannot recover a hang. Its local (node-memory) checkpointing
 (``checkpointing.local``) and straggler detection use CUDA as well.
-Section-based detection (``start_section``/``end_section``) is the other mode
-of the same monitor; heartbeats are used here.
+Section-based detection (``start_section``/``end_section``), the other mode of
+the same monitor, is :class:`NvrxSections` (``nvrx-sections:N``): a timeout per
+step section instead of one between heartbeats.
 
 Outside ``ft_launcher`` (no rank monitor socket in the environment) the
 strategy behaves as ``periodic:N`` and says so in a ``warning`` event.
@@ -54,7 +55,7 @@ from jitbench.runtime.strategies.periodic import Periodic
 if TYPE_CHECKING:
     from jitbench.runtime.core import RestoreResult, Runtime
 
-__all__ = ["Nvrx"]
+__all__ = ["Nvrx", "NvrxSections"]
 
 class Nvrx(Periodic):
     """Periodic checkpoints every N steps plus a heartbeat to NVRx's rank monitor at
@@ -96,3 +97,49 @@ class Nvrx(Periodic):
         if self._client is not None:
             self._client.shutdown_workload_monitoring()
             self._client = None
+
+
+class NvrxSections(Nvrx):
+    """``nvrx-sections:N``: NVRx's section-based detection instead of heartbeats.
+
+    Each step runs inside the section ``step`` (opened at the restore and at every
+    step boundary, closed at the next boundary before the periodic checkpoint), so
+    ``--ft-rank-section-timeouts step:<hang_floor_s>`` bounds one step and the
+    out-of-section timeout (``hang_first_s``) bounds the rest (start-up, the
+    checkpoint writes). No heartbeats are sent (NVRx's heartbeat timeouts stay at
+    their defaults, an hour).
+    """
+
+    name = "nvrx-sections"
+
+    def on_restore(self, rt: Runtime, restored: RestoreResult, manifest: dict | None) -> None:
+        Periodic.on_restore(self, rt, restored, manifest)
+        if self._client is not None:
+            return
+        from nvidia_resiliency_ext.fault_tolerance import RankMonitorClient
+
+        client = RankMonitorClient()
+        try:
+            client.init_workload_monitoring()
+        except Exception as exc:  # noqa: BLE001 (not under ft_launcher)
+            rt.events.emit("warning", where="nvrx",
+                           message=f"no NVRx rank monitor ({type(exc).__name__}: {exc}); "
+                                   "running as periodic checkpoints only"[:500])
+            return
+        self._client = client
+        client.start_section("step")
+        rt.events.emit("section", "point", step=restored.step, section="step",
+                       timeout_s=client.section_timeouts.section.get("step"),
+                       out_of_section_timeout_s=client.section_timeouts.out_of_section)
+
+    def at_boundary(self, rt: Runtime, step: int) -> None:
+        if self._client is not None:
+            self._client.end_section("step")
+        Periodic.at_boundary(self, rt, step)  # the checkpoint is out of the step section
+        if self._client is not None:
+            self._client.start_section("step")
+
+    def finish(self, rt: Runtime) -> None:
+        if self._client is not None:
+            self._client.end_all_sections()
+        super().finish(rt)
