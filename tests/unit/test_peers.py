@@ -143,3 +143,18 @@ def test_ft_launcher_gets_heartbeat_or_section_timeouts_from_the_hang_settings()
     assert "--ft-rank-heartbeat-timeout" not in sec
     plain = agent_command(small_spec(strategy="jit"), __import__("pathlib").Path("/r"))
     assert "torch.distributed.run" in plain and not any(a.startswith("--ft-") for a in plain)
+
+
+def test_report_compares_strategies_per_fault_kind():
+    from jitbench.reports.html import comparison_lines
+
+    t = pd.DataFrame([
+        {"workload": "gpt", "fault": "kill", "strategy": "jit", "wasted_gpu_s": 5.5,
+         "stall_s": 2.8, "recovery_s": 2.8, "state_equal": True, "max_abs_diff": 0.0,
+         "world_size": 2},
+        {"workload": "gpt", "fault": "kill", "strategy": "torchft", "wasted_gpu_s": 3.6,
+         "stall_s": 1.2, "recovery_s": 2.6, "state_equal": False, "max_abs_diff": 0.03,
+         "world_size": 2}])
+    (line,) = comparison_lines(t)
+    assert line.startswith("gpt · kill at 2 ranks: torchft wasted the fewest GPU-seconds")
+    assert "not the fault-free state: torchft (max_abs_diff 0.03)" in line
