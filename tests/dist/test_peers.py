@@ -108,6 +108,16 @@ def test_torchft_hang_survivor_freed_by_timeout_hung_replica_replaced(tmp_path):
     _torchft_promise(s, run_dir, spec)
 
 
+def _signalled_by_nvrx(s: dict, run_dir) -> None:
+    """The hung rank was signalled by its NVRx rank monitor (``failure`` trigger
+    ``sigterm``); the survivor then saw either its own monitor's SIGTERM or, when
+    the hung rank's monitor fired first, the closed connection (both observed)."""
+    hung = [e for e in read_events(run_dir / "events")
+            if e["event"] == "failure" and e["rank"] == 1 and e["attempt"] == 0]
+    assert [e["trigger"] for e in hung] == ["sigterm"]
+    assert s["trigger"] in ("sigterm", "collective_error")
+
+
 @needs_nvrx
 def test_nvrx_kill_restarts_job_from_last_checkpoint_bitwise(tmp_path, shared_reference):
     spec = small_spec(16, faults=[FaultSpec("kill", 1, FAULT_STEP)], strategy="nvrx:3")
@@ -131,7 +141,7 @@ def test_nvrx_hang_detected_by_missed_heartbeat_within_timeout(tmp_path, shared_
     assert not run_processes(out.run_dir)
     # detected by NVRx's rank monitor (SIGTERM on a missed heartbeat), not jitbench's
     # watchdog (off under nvrx): within the heartbeat timeout plus one check interval
-    assert s["trigger"] == "sigterm"
+    _signalled_by_nvrx(s, out.run_dir)
     assert s["detect_s"] <= spec.hang_floor_s + FT_CHECK_INTERVAL_S + 0.5
     assert "Did not get subsequent heartbeat" in (out.run_dir / "agent.log").read_text()
     assert s["replayed_steps"] == s["expected_replayed_steps"] and s["replay_ok"]
@@ -146,7 +156,7 @@ def test_nvrx_sections_hang_detected_by_the_step_section_timeout(tmp_path, share
     s = out.summary
     assert s["completed"], (out.run_dir / "agent.log").read_text()[-3000:]
     assert not run_processes(out.run_dir)
-    assert s["trigger"] == "sigterm"  # the rank monitor's, on the open 'step' section
+    _signalled_by_nvrx(s, out.run_dir)  # on the open 'step' section
     assert s["detect_s"] <= spec.hang_floor_s + FT_CHECK_INTERVAL_S + 0.5
     assert "Section 'step' has been open" in (out.run_dir / "agent.log").read_text()
     assert s["replayed_steps"] == s["expected_replayed_steps"] and s["replay_ok"]
