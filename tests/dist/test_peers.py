@@ -34,8 +34,9 @@ needs_nvrx = pytest.mark.skipif(importlib.util.find_spec("nvidia_resiliency_ext"
                                 reason="nvidia-resiliency-ext not installed: "
                                        "pip install -e '.[peers]'")
 
-TORCHFT_STEPS = 400  # tiny GPT steps take 10-30 ms: the survivor trains on alone while
-# the replacement starts (2-5 s); fewer steps and it finishes before the replacement joins
+TORCHFT_STEPS = 1200  # tiny GPT steps take 10-30 ms: the survivor trains on alone while
+# the replacement starts (2-6 s under load, after the 6 s liveness bound for a hang); with
+# 400 steps a loaded machine once saw the survivor finish first (the replacement was late)
 FAULT_STEP = 8
 
 
