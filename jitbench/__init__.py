@@ -28,4 +28,13 @@ Commands that do not train (``--help``, ``faults``, ``gate``, ``report``,
 ``model``, ``validate``) never import torch.
 """
 
+import warnings as _warnings
+
 __version__ = "0.1.0"
+
+# The optional extra ``peers`` installs nvidia-resiliency-ext, which requires the
+# ``pynvml`` distribution; pynvml 13 is a shim that warns (FutureWarning) on every
+# ``import pynvml``, which ``import torch`` does. The module itself comes from
+# nvidia-ml-py, a jitbench dependency; the warning is noise on every command's stderr.
+_warnings.filterwarnings("ignore", message="The pynvml package is deprecated",
+                         category=FutureWarning)

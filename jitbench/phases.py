@@ -46,11 +46,13 @@ generation, in that generation of the same attempt (in process)
     restored); ``replay`` (the slowest restore's end -> the end of the last
     step completed before the fault; ``step`` that step); ``recovery`` (fault
     -> the end, on every rank, of the first step that had not completed before
-    the fault); ``stall`` (fault -> the first step end of any rank after it).
-    In process, instead of ``restart``: ``reform`` (the first ``failure`` event
-    -> the last member's ``transfer`` begin, when every member's new process
-    group was usable) and ``transfer`` (first ``transfer`` begin -> last end;
-    ``step`` the state's step).
+    the fault); ``stall`` (fault -> the first step end of *any* rank after it;
+    differs from ``recovery`` where survivors go on with fewer replicas).
+    In process (``jit-inprocess``), instead of ``restart``: ``reform`` (the first
+    ``failure`` event -> the last member's ``transfer`` begin, when every
+    member's new process group was usable) and ``transfer`` (first ``transfer``
+    begin -> last end). Where only failed ranks restart (``torchft``), episodes
+    are read on the time line instead (:func:`derive` with ``per_replica``).
 
 This module reads events with the runtime's reader and imports no torch.
 """
@@ -162,7 +164,6 @@ def _episodes(evs: list[dict], key: str, spans: list[dict], world_size: int) -> 
     rows: list[dict] = []
     failing = [e for e in evs if e["event"] == "fault" and e.get("fails_job", True)]
     seen: set[tuple[int, int]] = set()
-    ends_after: list[dict] = [e for e in evs if e["event"] == "step" and e["phase"] == "end"]
     for fault in failing:
         a, g = fault["attempt"], gen_of(fault)
         if (a, g) in seen:
@@ -181,9 +182,6 @@ def _episodes(evs: list[dict], key: str, spans: list[dict], world_size: int) -> 
             first = min(fails, key=lambda e: e[key])
             rows.append(_row("failure", "detect", tf, first[key], rank=first["rank"],
                              trigger=first.get("trigger"), **ep))
-        later = [e[key] for e in ends_after if e[key] > tf]
-        if later:
-            rows.append(_row("failure", "stall", tf, min(later), **ep))
         mine = [r for r in spans if r["attempt"] == a and r["phase"] == "save"
                 and (not in_process or r["t0"] is None or r["t0"] >= tf or r["gen"] == g)]
         save = _slowest([r for r in mine if r["kind"] == "jit"
@@ -247,13 +245,91 @@ def _episodes(evs: list[dict], key: str, spans: list[dict], world_size: int) -> 
     return rows
 
 
-def derive(evs: list[dict], world_size: int):
+def _stall(evs: list[dict], key: str, tf: float, ep: dict) -> list[dict]:
+    """The ``stall`` row: fault -> the first step end of any rank after it."""
+    after = [e for e in evs if e["event"] == "step" and e["phase"] == "end" and e[key] > tf]
+    if not after:
+        return []
+    first = min(after, key=lambda e: e[key])
+    return [_row("failure", "stall", tf, first[key], rank=first["rank"], step=first["step"],
+                 **ep)]
+
+
+def _episodes_per_replica(evs: list[dict], key: str, spans: list[dict],
+                          world_size: int) -> list[dict]:
+    """Failure episodes where only the failed rank restarts (its own agent) and the
+    others keep their processes (``torchft``): attempts count per rank, so an
+    episode is a failing fault's (rank, attempt) and the phases are read on the
+    time line:
+
+    ``detect``: fault -> first ``failure`` event of another rank after it (else of
+    any rank); ``save``: none (dur 0); ``restart``: the failed process's last event
+    -> ``init`` end of the same rank's next attempt; ``restore``: that attempt's
+    restore span (``kind`` ``heal``: state from a live replica); ``replay``: 0 when
+    the restored step is not behind the steps completed before the fault;
+    ``stall``: fault -> first step end of any rank; ``recovery``: fault -> the end,
+    on every rank, of the first step that no rank had completed before the fault.
+    """
+    rows: list[dict] = []
+    failing = sorted((e for e in evs if e["event"] == "fault" and e.get("fails_job", True)),
+                     key=lambda e: e[key])
+    seen: set[tuple[int, int]] = set()
+    for fault in failing:
+        r, a = fault["rank"], fault["attempt"]
+        if (r, a) in seen:
+            continue
+        seen.add((r, a))
+        i = len(seen) - 1
+        tf = fault[key]
+        ep = {"failure": i, "attempt": a}
+        rows.append(_row("failure", "fault", tf, tf, dur_s=0.0, rank=r, kind=fault["kind"],
+                         step=fault["step"], failure=i, attempt=a))
+        fails = [e for e in evs if e["event"] == "failure" and e[key] >= tf]
+        fails = [e for e in fails if e["rank"] != r] or fails
+        if fails:
+            first = min(fails, key=lambda e: e[key])
+            rows.append(_row("failure", "detect", tf, first[key], rank=first["rank"],
+                             trigger=first.get("trigger"), **ep))
+        rows.append(_row("failure", "save", None, None, dur_s=0.0, **ep))
+        old = [e for e in evs if e["rank"] == r and e["attempt"] == a]
+        nxt = [e for e in evs if e["rank"] == r and e["attempt"] == a + 1]
+        inits = [e for e in nxt if e["event"] == "init" and e["phase"] == "end"]
+        if old and inits:
+            rows.append(_row("failure", "restart", max(e[key] for e in old), inits[0][key],
+                             rank=r, **ep))
+        done_before = max((e["step"] for e in evs if e["event"] == "step"
+                           and e["phase"] == "end" and e[key] <= tf), default=0)
+        rest = [sp for sp in spans if sp["phase"] == "restore" and sp["rank"] == r
+                and sp["attempt"] == a + 1 and sp["ok"]]
+        rend = [e for e in nxt if e["event"] == "restore" and e["phase"] == "end"]
+        if rest and rend:
+            rows.append(_row("failure", "restore", rest[0]["t0"], rest[0]["t1"], rank=r,
+                             kind=rend[0].get("kind"), step=rend[0]["step"], **ep))
+            t_rest = rest[0]["t1"]
+            if done_before - rend[0]["step"] <= 0:
+                rows.append(_row("failure", "replay", t_rest, t_rest, dur_s=0.0,
+                                 step=done_before, **ep))
+        ends: dict[int, dict[int, float]] = defaultdict(dict)
+        for e in evs:
+            if e["event"] == "step" and e["phase"] == "end" and e[key] > tf:
+                ends[e["step"]].setdefault(e["rank"], e[key])
+        new = [st for st in ends if st > done_before and len(ends[st]) == world_size]
+        if new:
+            rows.append(_row("failure", "recovery", tf, max(ends[min(new)].values()),
+                             step=min(new), **ep))
+    return rows
+
+
+def derive(evs: list[dict], world_size: int, per_replica: bool = False):
     """The phases table (pandas DataFrame, :data:`COLUMNS`) of a run's events.
 
     Args:
         evs: the run's events in time order (:func:`read_events`).
         world_size: ranks of the job (a restart is complete when all initialised,
             a step is new progress when all completed it).
+        per_replica: only failed ranks restart, the others keep their processes
+            (registry ``launcher`` ``torchft``): failure episodes are derived on the
+            time line (:func:`_episodes_per_replica`), not by attempt.
     """
     import pandas as pd
 
@@ -268,7 +344,11 @@ def derive(evs: list[dict], world_size: int):
         rows.append(_row("run", "attempt", min(ts), max(ts), attempt=a))
     spans = _spans(evs, key)
     rows += spans
-    rows += _episodes(evs, key, spans, world_size)
+    eps = (_episodes_per_replica if per_replica else _episodes)(evs, key, spans, world_size)
+    for f in [r for r in eps if r["phase"] == "fault"]:
+        eps += _stall(evs, key, f["t0"], {"failure": f["failure"], "attempt": f["attempt"],
+                                          "gen": f["gen"]})
+    rows += eps
     t = pd.DataFrame(rows, columns=list(COLUMNS[:-1]))
     t["clock"] = key
     return t
@@ -282,7 +362,7 @@ def write(run_dir: str | Path, table) -> Path:
     return path
 
 
-def load(run_dir: str | Path, world_size: int | None = None):
+def load(run_dir: str | Path, world_size: int | None = None, per_replica: bool = False):
     """The phases table of a run directory: its ``phases.parquet``, or derived from
     its events when it has none (a run directory written before the table
     existed; ``world_size`` default: the ranks that logged events).
@@ -296,7 +376,7 @@ def load(run_dir: str | Path, world_size: int | None = None):
     if path.is_file():
         return pd.read_parquet(path)
     evs = read_events(run_dir)
-    return derive(evs, world_size or len({e["rank"] for e in evs}))
+    return derive(evs, world_size or len({e["rank"] for e in evs}), per_replica)
 
 
 def value(v) -> float | int | str | None:

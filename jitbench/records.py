@@ -241,7 +241,8 @@ def verdict(summary: dict, strict: bool = False) -> tuple[ExitStatus, str]:
 
     In order: interrupted (130); a worker refused its input, e.g. another job's
     checkpoint directory (2); the launch timed out or the job did not complete
-    (3); the final state differs from the reference (4); ``jit`` replayed more
+    (3); the final state differs from the reference (4; not for a strategy whose
+    summary says ``bitwise_promised`` false, such as ``torchft``); ``jit`` replayed more
     than one step in a failure, or a failure replayed other than the steps since
     the newest committed checkpoint (4); a planned fault never fired and nothing
     was injected (3; when others fired, 0 with a warning in the reason);
@@ -272,7 +273,12 @@ def verdict(summary: dict, strict: bool = False) -> tuple[ExitStatus, str]:
     if strict and n_unfired:
         return ExitStatus.RUN_FAILED, (f"{n_unfired} planned fault(s) never fired: nothing "
                                        "was measured for them")
-    if _is(s.get("state_equal"), False) or (strict and not _is(s.get("state_equal"), True)):
+    # a peer that trains on with fewer replicas does not promise the fault-free state
+    # (summary ``bitwise_promised`` false): its state_equal and max_abs_diff are reported,
+    # not judged
+    bitwise = not _is(s.get("bitwise_promised"), False)
+    if bitwise and (_is(s.get("state_equal"), False)
+                    or (strict and not _is(s.get("state_equal"), True))):
         diff = s.get("max_abs_diff")
         return ExitStatus.INCORRECT, ("final state differs from the fault-free run "
                                       + (f"(max_abs_diff {_num(diff):.3g})" if diff is not None
@@ -280,7 +286,15 @@ def verdict(summary: dict, strict: bool = False) -> tuple[ExitStatus, str]:
     most = int(_num(s.get("max_replayed_steps_per_failure")))
     if str(s.get("strategy")) == "jit" and most > 1:
         return ExitStatus.INCORRECT, f"JIT replayed {most} steps in one failure"
+    if (strict and not _is(s.get("replay_ok"), True) and not _is(s.get("replay_ok"), False)
+            and int(_num(s.get("late_replacements")))):
+        return ExitStatus.RUN_FAILED, ("the job finished before the replacement joined: "
+                                       "recovery was never reached (run more steps after "
+                                       "the fault)")
     if _is(s.get("replay_ok"), False) or (strict and not _is(s.get("replay_ok"), True)):
+        if not bitwise:
+            return ExitStatus.INCORRECT, (f"{s.get('strategy')} broke its promise: "
+                                          f"{s.get('replay_promise')}")
         return ExitStatus.INCORRECT, (
             f"replayed {s.get('replayed_steps')} steps, expected "
             f"{s.get('expected_replayed_steps')} (the steps since the newest committed "

@@ -23,6 +23,7 @@ from jitbench.cli.options import (
     parse_duration_s,
 )
 from jitbench.errors import SpecError
+from jitbench.records import ExitStatus, verdict
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -110,8 +111,7 @@ def sweep(
         done["n"] += 1
         if as_json:
             print(json.dumps(row, default=str), flush=True)
-        ok = (row.get("state_equal") is True and row.get("replay_ok") is True
-              and not row.get("unfired_faults"))
+        ok = verdict(row, strict=True)[0] == ExitStatus.OK
         err.print(f"[{done['n']}/{n}] {row['workload']} {row['strategy']} {row['fault']} "
                   f"r{row['repeat']}: recovery {cell(row.get('recovery_s'))} s, replayed "
                   f"{cell(row.get('replayed_steps'))} (expected "

@@ -59,9 +59,40 @@ class LaunchResult:
     """The launch ran past ``timeout_s`` and the harness stopped the agent."""
 
 
+FT_LAUNCHER = "nvidia_resiliency_ext.fault_tolerance.launcher"
+"""NVRx's ``ft_launcher`` module (a fork of torchrun with rank monitors)."""
+FT_CHECK_INTERVAL_S = 0.25
+"""How often NVRx's rank monitors check their rank (``--ft-workload-check-interval``, s)."""
+
+
+def ft_launcher_args(spec: RunSpec) -> list[str]:
+    """``ft_launcher`` options of a ``nvrx`` run: heartbeat timeouts from the spec's hang
+    settings (first heartbeat ``hang_first_s``, then ``hang_floor_s``; for
+    ``nvrx-sections`` the ``step`` section's timeout ``hang_floor_s`` and the
+    out-of-section timeout ``hang_first_s``), SIGTERM for a
+    rank that misses one, restart policy ``any-failed``; NIC monitoring off (no NICs to
+    watch on CPU)."""
+    from jitbench.runtime.strategies import parse
+
+    if parse(spec.strategy).name == "nvrx-sections":  # a timeout per step section instead
+        detect = ["--ft-rank-section-timeouts", f"step:{spec.hang_floor_s}",
+                  "--ft-rank-out-of-section-timeout", str(spec.hang_first_s)]
+    else:
+        detect = ["--ft-initial-rank-heartbeat-timeout", str(spec.hang_first_s),
+                  "--ft-rank-heartbeat-timeout", str(spec.hang_floor_s)]
+    return detect + [
+            "--ft-workload-check-interval", str(FT_CHECK_INTERVAL_S),
+            "--ft-rank-termination-signal", "SIGTERM", "--ft-restart-policy", "any-failed",
+            "--ft-enable-nic-monitor", "false", "--ft-log-level", "INFO"]
+
+
 def agent_command(spec: RunSpec, run_dir: Path) -> list[str]:
-    """The ``torch.distributed.run`` command line for a run (this node's agent)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run"]
+    """The launcher command line for a run (this node's agent): ``torch.distributed.run``,
+    or NVRx's ``ft_launcher`` where the strategy's registry entry says so."""
+    from jitbench.runtime.strategies import parse
+
+    ft = parse(spec.strategy).entry.launcher == "ft_launcher"
+    cmd = [sys.executable, "-m", FT_LAUNCHER if ft else "torch.distributed.run"]
     if spec.rdzv_endpoint:
         cmd += ["--nnodes", str(spec.nnodes), "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", spec.rdzv_endpoint, "--rdzv-id",
@@ -69,8 +100,10 @@ def agent_command(spec: RunSpec, run_dir: Path) -> list[str]:
     else:
         cmd += ["--standalone", "--nnodes", "1"]
     cmd += ["--nproc-per-node", str(spec.nproc), "--max-restarts", str(spec.max_restarts),
-            "--monitor-interval", "0.1", "-m", "jitbench.harness.worker", str(run_dir)]
-    return cmd
+            "--monitor-interval", "0.1"]
+    if ft:
+        cmd += ft_launcher_args(spec)
+    return cmd + ["-m", "jitbench.harness.worker", str(run_dir)]
 
 
 def _rank0_progress(events_dir: Path, offsets: dict, state: dict) -> None:
@@ -132,7 +165,23 @@ def launch(spec: RunSpec, run_dir: Path, progress: Callable[[dict], None] | None
 
     Returns:
         A :class:`LaunchResult`; the agent's output is in ``run_dir/agent.log``.
+
+    The strategy's registry entry picks the launcher: ``agent`` and ``ft_launcher``
+    run here (one agent for the world: torchrun or NVRx's ft_launcher),
+    ``torchft`` runs :func:`jitbench.harness.torchft_launch.launch_torchft`,
+    ``replicas`` :func:`jitbench.harness.replicas.launch_replicas`.
     """
+    from jitbench.runtime.strategies import parse
+
+    launcher = parse(spec.strategy).entry.launcher
+    if launcher == "torchft":
+        from jitbench.harness.torchft_launch import launch_torchft
+
+        return launch_torchft(spec, run_dir, progress, timeout_s)
+    if launcher == "replicas":
+        from jitbench.harness.replicas import launch_replicas
+
+        return launch_replicas(spec, run_dir, progress, timeout_s)
     run_dir = Path(run_dir).resolve()  # workers are found by this exact argument
     log_path = run_dir / "agent.log"
     env = dict(os.environ)
@@ -232,7 +281,8 @@ def stop_agent(proc: subprocess.Popen, run_dir: Path | None = None, grace_s: flo
             reap(run_dir, proc.pid)
 
 
-_LAUNCHED = ("torch.distributed.run", "jitbench.harness.worker")
+_LAUNCHED = ("torch.distributed.run", "jitbench.harness.worker", FT_LAUNCHER,
+             "jitbench.harness.torchft_worker")
 """Module names on the command lines of the processes a launch starts."""
 
 

@@ -31,9 +31,9 @@ first such fault; faults marked ``fails_job: false`` in their event, such as
   last checkpoint, ``none`` everything, ``jit`` the steps since its JIT save).
 - ``recovery_s``: fault -> the end (all ranks) of the first step that had not
   completed before the fault.
-- ``stall_s``: fault -> the first step completed by *any* rank after the fault
-  (differs from ``recovery_s`` for systems whose survivors go on with fewer
-  replicas).
+- ``stall_s``: fault -> the first step end of *any* rank after the fault (a
+  survivor that goes on with fewer replicas, as under ``torchft``, ends it
+  long before ``recovery_s``).
 - In-process recovery (``jit-inprocess``) has no ``restart_s``; instead
   ``reform_s`` (survivors leave the failed collective -> every member's new
   process group usable) and ``transfer_s`` (the boundary state sent from a
@@ -98,6 +98,11 @@ class FailureMetrics:
     """``[part, reason]`` of newer parts the restore rejected (fell back past them)."""
     fault_ranks: list = field(default_factory=list)
     """Ranks hit by failing faults of the episode."""
+    stall_s: float | None = None
+    """Fault -> the first step end of any rank after it (s)."""
+    degraded_rank_steps: int | None = None
+    """``torchft``: step ends of survivors between the fault and the recovery step
+    (progress with fewer replicas; subtracted from ``wasted_gpu_s`` at ``step_s`` each)."""
 
 
 @dataclass
@@ -127,6 +132,8 @@ class RunMetrics:
     loss_first: float | None
     loss_last: float | None
     failures: list[FailureMetrics]
+    late_replacements: int = 0
+    """``torchft``: replacements that arrived after the job finished (never joined)."""
     auto_interval: dict | None = None
     """``periodic:auto``: the first ``auto_interval`` event's choice (interval in
     steps, measured ``cost_s`` and ``step_s``, ``mtbf_s``, Young's interval in s)."""
@@ -141,19 +148,24 @@ class RunMetrics:
 
 
 def compute(run_dir: str | Path, spec_steps: int, world_size: int,
-            events: list[dict] | None = None, phase_table=None) -> RunMetrics:
+            events: list[dict] | None = None, phase_table=None,
+            per_replica: bool = False) -> RunMetrics:
     """Derive run and failure metrics of ``run_dir``.
 
     The spans (detect, save, restart, restore, replay, recovery, checkpoint
     saves, staging, probes) come from the phases table
     (:mod:`jitbench.phases`: ``phase_table``, else ``run_dir/phases.parquet``,
     else derived from the events); counts and steps from the events
-    (``events``, else read from ``run_dir/events``).
+    (``events``, else read from ``run_dir/events``). ``per_replica``: only failed
+    ranks restart (``torchft``; see :func:`jitbench.phases.derive`): the steps
+    completed before a fault are those that ended before it, the restored step is
+    the failed rank's, and steps completed by survivors during the episode are
+    not counted as waste.
     """
     evs = events if events is not None else phases.read_events(run_dir)
     ph = phase_table if phase_table is not None else (
-        phases.derive(evs, world_size) if events is not None
-        else phases.load(run_dir, world_size))
+        phases.derive(evs, world_size, per_replica) if events is not None
+        else phases.load(run_dir, world_size, per_replica))
     rows = ph.to_dict("records")
     attempts = sorted({e["attempt"] for e in evs})
 
@@ -167,7 +179,11 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
                      + [e["step"] for e in evs if e["event"] in ("restore", "done")
                         and e.get("phase", "end") in ("end", "point")
                         and isinstance(e.get("step"), int)], default=0)
-    completed = (len({e["rank"] for e in done if e["step"] == spec_steps}) == world_size)
+    finished = {e["rank"] for e in done if e["step"] == spec_steps}
+    # per replica (torchft): a replacement that arrived after the survivors finished
+    # leaves without training; the job completed, its recovery was never reached
+    late = {e["rank"] for e in evs if e["event"] == "warning" and e.get("late")}
+    completed = len(finished | (late if per_replica and finished else set())) == world_size
 
     episodes: dict[int, dict[str, dict]] = defaultdict(dict)
     for r in rows:
@@ -179,8 +195,14 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
         ep = episodes[i]
         f0 = ep["fault"]
         a, g = int(f0["attempt"]), int(_val(f0.get("gen")) or 0)
-        fault_ev = next(e for e in failing if e["attempt"] == a and phases.gen_of(e) == g)
-        cur, nxt, in_process = phases.episode_events(evs, fault_ev, phases.clock(evs))
+        if per_replica:  # attempts are per rank: read the failed rank and the time line
+            key = phases.clock(evs)
+            cur = [e for e in evs if e[key] <= f0["t0"]]
+            nxt = [e for e in evs if e["attempt"] == a + 1 and e["rank"] == f0["rank"]]
+            in_process = False
+        else:
+            fault_ev = next(e for e in failing if e["attempt"] == a and phases.gen_of(e) == g)
+            cur, nxt, in_process = phases.episode_events(evs, fault_ev, phases.clock(evs))
         fm = FailureMetrics(f0["kind"], _int(f0["rank"]), _int(f0["step"]), a)
         fm.in_process = in_process
         fm.fault_ranks = sorted({e["rank"] for e in failing if e["attempt"] == a
@@ -201,7 +223,8 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
         invalid = {name for r in rend for name, _ in r.get("skipped", [])}
         fm.last_commit_step = max((st for st, part in commits if part not in invalid),
                                   default=None)
-        fm.expected_replayed_steps = max(0, fm.completed_before - (fm.last_commit_step or 0))
+        fm.expected_replayed_steps = (0 if per_replica else  # survivors keep their state
+                                      max(0, fm.completed_before - (fm.last_commit_step or 0)))
         if in_process:  # the state came from a replica, not from disk
             decided = [e for e in cur if e["event"] == "membership" and e["phase"] == "end"
                        and e.get("source") is not None]  # not an evicted rank's own view
@@ -231,6 +254,14 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
                 if step_s is not None:
                     fm.wasted_gpu_s = world_size * max(
                         0.0, fm.recovery_s + (fm.lost_partial_s or 0.0) - step_s)
+                    if per_replica:  # survivors' committed steps in the episode were progress
+                        key = phases.clock(evs)
+                        t_end = ep["recovery"]["t1"]
+                        fm.degraded_rank_steps = sum(
+                            1 for e in evs if e["event"] == "step" and e["phase"] == "end"
+                            and f0["t0"] < e[key] < t_end)
+                        fm.wasted_gpu_s = max(0.0, fm.wasted_gpu_s
+                                              - fm.degraded_rank_steps * step_s)
         failures.append(fm)
 
     def spans(phase: str, kinds: tuple = ()) -> list[float]:
@@ -268,7 +299,8 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
         max_replayed_steps_per_failure=max((f.replayed_steps or 0 for f in failures), default=0),
         loss_first=rank0[0].get("loss") if rank0 else None,
         loss_last=rank0[-1].get("loss") if rank0 else None, failures=failures,
-        auto_interval=auto, slow_windows=windows, normal_step_s=normal)
+        auto_interval=auto, slow_windows=windows, normal_step_s=normal,
+        late_replacements=len(late) if per_replica else 0)
 
 
 def _val(v):

@@ -89,8 +89,9 @@ class OverheadConfig:
         """Parse the strategies.
 
         Raises:
-            SpecError: unknown or ``auto`` strategy, duplicates, a segment length that
-                is not a multiple of an interval, or non-positive sizes.
+            SpecError: unknown or ``auto`` strategy, a strategy with its own launcher
+                (the peers), duplicates, a segment length that is not a multiple of an
+                interval, or non-positive sizes.
         """
         if self.segment_steps < 2 or self.repeats < 1 or self.warmup_steps < 0:
             raise SpecError("overhead needs --segment-steps >= 2, --repeats >= 1, "
@@ -104,6 +105,10 @@ class OverheadConfig:
             st = Strategy.parse(n)
             if st.auto:
                 raise SpecError("overhead takes fixed intervals (periodic:N), not periodic:auto")
+            if st.entry.launcher != "agent":
+                raise SpecError(f"overhead switches the runtime's strategy inside one launch; "
+                                f"{st.name} runs under its own launcher ({st.entry.launcher}), "
+                                "so it cannot be a segment: compare fault-free runs instead")
             if st.interval and self.segment_steps % st.interval:
                 raise SpecError(f"--segment-steps {self.segment_steps} is not a multiple of "
                                 f"the interval of {n}: segments would hold different numbers "

@@ -23,6 +23,7 @@ import platform
 import socket
 import subprocess
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from jitbench.harness.launch import LaunchResult, held_signals, launch
 from jitbench.harness.spec import RunSpec, SpecError
 from jitbench.records import SUMMARY_VERSION
 from jitbench.runtime import checkpoint as ckpt
+from jitbench.runtime import strategies
 from jitbench.runtime.events import read_events
 
 
@@ -126,10 +128,13 @@ def check_ckpt_dir(spec: RunSpec) -> None:
 
 
 def machine_fingerprint() -> dict:
-    """Host facts stored with every result (comparisons refuse to mix machines)."""
+    """Host facts stored with every result (comparisons refuse to mix machines), with
+    the installed version of every peer system (``torchft``, ``nvidia-resiliency-ext``;
+    None when not installed): the gate refuses to compare across them."""
+    peers = {f"peer_{name}": v for name, v in strategies.versions().items()}
     return {"host": socket.gethostname(), "platform": platform.platform(),
             "python": platform.python_version(), "torch": torch.__version__,
-            "cpus": os.cpu_count(), "cuda": torch.cuda.is_available()}
+            "cpus": os.cpu_count(), "cuda": torch.cuda.is_available(), **peers}
 
 
 def code_version() -> str:
@@ -146,17 +151,10 @@ def code_version() -> str:
 
 def execute(spec: RunSpec, run_dir: Path, progress: Callable[[dict], None] | None = None,
             timeout_s: float | None = None) -> LaunchResult:
-    """Write the spec into ``run_dir`` and run it with the strategy's launcher: the
-    elastic agent (whole-job restarts), or one agent per replica plus spares
-    (:mod:`jitbench.harness.replicas`, in-process recovery)."""
-    from jitbench.runtime.strategies import parse
-
+    """Write the spec into ``run_dir`` and run it with the strategy's launcher
+    (:func:`jitbench.harness.launch.launch`)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "spec.json").write_text(spec.to_json())
-    if parse(spec.strategy).entry.launcher == "replicas":
-        from jitbench.harness.replicas import launch_replicas
-
-        return launch_replicas(spec, run_dir, progress, timeout_s)
     return launch(spec, run_dir, progress, timeout_s)
 
 
@@ -167,10 +165,13 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     Reads the run's events once, derives its phases (:mod:`jitbench.phases`)
     and writes them as ``run_dir/phases.parquet`` (and the reference's beside
     its records), then computes the metrics from them."""
+    entry = strategies.parse(spec.strategy).entry
+    per_replica = entry.launcher == "torchft"
     evs = phases.read_events(run_dir)
-    table = phases.derive(evs, spec.world_size)
+    table = phases.derive(evs, spec.world_size, per_replica)
     phases.write(run_dir, table)
-    m = metrics.compute(run_dir, spec.steps, spec.world_size, events=evs, phase_table=table)
+    m = metrics.compute(run_dir, spec.steps, spec.world_size, events=evs, phase_table=table,
+                        per_replica=per_replica)
     summary: dict = {"summary_version": SUMMARY_VERSION, "run_dir": str(run_dir),
                      "workload": spec.workload.name, "size": spec.workload.size,
                      "strategy": spec.strategy, "world_size": spec.world_size,
@@ -180,8 +181,8 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
                      "agent_exit": res.returncode, "interrupted": res.interrupted,
                      "wall_s": res.wall_s}
     fails = m.failures
-    for k in ("detect_s", "save_s", "restart_s", "restore_s", "recovery_s", "replay_s", "stall_s",
-              "reform_s", "transfer_s"):
+    for k in ("detect_s", "stall_s", "save_s", "restart_s", "restore_s", "recovery_s",
+              "replay_s", "reform_s", "transfer_s"):
         vals = [getattr(f, k) for f in fails if getattr(f, k) is not None]
         summary[k] = sum(vals) / len(vals) if vals else None
     summary["replayed_steps"] = m.replayed_steps
@@ -189,7 +190,11 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     summary["max_replayed_steps_per_failure"] = m.max_replayed_steps_per_failure
     summary["expected_replayed_steps"] = sum(f.expected_replayed_steps or 0 for f in fails)
     summary["last_commit_step"] = fails[0].last_commit_step if fails else None
-    summary["replay_ok"] = replay_ok(spec.strategy, fails)
+    summary["replay_ok"] = (replay_ok(spec.strategy, fails) if not per_replica
+                            else heal_ok(evs, fails, m.completed))
+    summary["replay_promise"] = entry.promise or entry.replay_bound
+    summary["bitwise_promised"] = entry.bitwise
+    summary["late_replacements"] = m.late_replacements
     summary["num_failures"] = len(fails)
     summary["trigger"] = fails[0].trigger if fails else None
     summary["restored_kind"] = fails[0].restored_kind if fails else None
@@ -221,11 +226,15 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
         summary["state_equal"], summary["max_abs_diff"] = eq, diff
         summary["sample_stream_equal"] = metrics.sample_stream_equal(run_dir, ref_dir)
         ref_evs = phases.read_events(ref_dir)
-        ref_table = phases.derive(ref_evs, spec.world_size)
+        ref_table = phases.derive(ref_evs, spec.world_size, per_replica)
         if not (ref_dir / phases.PHASES_FILE).exists():
             phases.write(ref_dir, ref_table)
         rm = metrics.compute(ref_dir, spec.steps, spec.world_size, events=ref_evs,
-                             phase_table=ref_table)
+                             phase_table=ref_table, per_replica=per_replica)
+        summary["reference_loss_last"] = rm.loss_last
+        summary["loss_diff"] = (m.loss_last - rm.loss_last
+                                if m.loss_last is not None and rm.loss_last is not None
+                                else None)
         summary["reference_step_s"] = rm.step_s
         summary["reference_wall_s"] = ref.wall_s
         summary["reference_dir"] = str(ref_dir)
@@ -270,6 +279,36 @@ def replay_ok(strategy: str, failures: list) -> bool | None:
         if one:
             ok &= f.replayed_steps <= 1
     return ok
+
+
+def heal_ok(evs: list[dict], failures: list, completed: bool) -> bool | None:
+    """torchft's promise (registry ``promise``): no committed step is executed twice
+    on any rank, and a replacement joins at the survivors' step with their state
+    (after its restore, every step it completes has the same parameter digest on
+    every rank that completed it). None when a replacement never healed (it
+    arrived after the job finished); a replacement that healed in the job's last
+    quorum kept the promise though no step ran after it (``recovery_s`` None).
+    """
+    if any(f.restored_step is None for f in failures):
+        return None
+    ends = [e for e in evs if e["event"] == "step" and e["phase"] == "end"]
+    seen: set[tuple[int, int]] = set()
+    for e in ends:
+        if (e["rank"], e["step"]) in seen:
+            return False  # a step committed twice by one rank
+        seen.add((e["rank"], e["step"]))
+    digests: dict[int, set] = defaultdict(set)
+    for e in ends:
+        if e.get("digest") is not None:
+            digests[e["step"]].add(e["digest"])
+    joined = [e["step"] for e in evs if e["event"] == "restore" and e["phase"] == "end"
+              and e.get("kind") == "heal"]
+    for f in failures:
+        if f.restored_step is None or f.restored_step < f.completed_before:
+            return False
+    first = min(joined, default=None)
+    return completed and all(len(d) == 1 for st, d in digests.items()
+                             if first is None or st > first)
 
 
 def _interval(strategy: str, auto: dict | None) -> int | None:

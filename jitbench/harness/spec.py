@@ -23,6 +23,8 @@ from jitbench.workloads import WORKLOADS, WorkloadConfig
 
 SPEC_VERSION = 1
 BACKENDS = ("gloo", "nccl")
+NO_HANG_BOUND_S = 1e9
+"""The runtime's hang bound where another system detects hangs (s: never)."""
 
 
 def check_nccl(nproc: int) -> None:
@@ -147,9 +149,12 @@ class RunSpec:
     def runtime_config(self, ckpt_dir: str) -> RuntimeConfig:
         """The runtime settings of this spec."""
         st = Strategy.parse(self.strategy)
+        # under ft_launcher hangs are NVRx's to detect (heartbeats), not the runtime's
+        off = st.entry.launcher == "ft_launcher"
         return RuntimeConfig(strategy=st.name, interval=st.interval, ckpt_dir=ckpt_dir,
-                             hang_floor_s=self.hang_floor_s, hang_factor=self.hang_factor,
-                             hang_first_s=self.hang_first_s, run_id=self.fingerprint(),
+                             hang_floor_s=NO_HANG_BOUND_S if off else self.hang_floor_s,
+                             hang_factor=self.hang_factor,
+                             hang_first_s=NO_HANG_BOUND_S if off else self.hang_first_s, run_id=self.fingerprint(),
                              mtbf_s=self.mtbf_s if st.auto else None)
 
     def validate(self) -> None:
@@ -162,6 +167,25 @@ class RunSpec:
             raise SpecError(f"unknown workload {self.workload.name!r}; one of "
                             f"{', '.join(WORKLOADS)}")
         st = Strategy.parse(self.strategy)
+        strategies.check_available(st.name)
+        why = dict(st.entry.unsupported_faults)
+        for f in self.faults:
+            if f.kind in why:
+                raise SpecError(f"fault {f.kind} cannot be expressed under strategy {st.name}: "
+                                f"{why[f.kind]}")
+        if st.entry.launcher == "torchft":
+            if self.backend != "gloo":
+                raise SpecError("strategy torchft runs torchft's ProcessGroupGloo on CPU here; "
+                                "its NCCL process groups are not wired (use --backend gloo)")
+            if self.workload.extra.get("amp") == "fp16":
+                raise SpecError("strategy torchft: torchft's OptimizerWrapper steps the "
+                                "optimizer itself, so the fp16 GradScaler is not wired "
+                                "(use --amp bf16 or none)")
+            if self.segments:
+                raise SpecError("strategy torchft cannot switch strategies inside one launch")
+        if st.entry.launcher != "agent" and self.nnodes > 1:
+            raise SpecError(f"strategy {st.name} runs on one node here (its launcher binds "
+                            "the loopback address)")
         if st.auto and not (self.mtbf_s is not None and self.mtbf_s > 0):
             raise SpecError("periodic:auto needs the job's MTBF: pass --mtbf (seconds, > 0)")
         if self.mtbf_s is not None and not self.mtbf_s > 0:
@@ -232,6 +256,10 @@ class RunSpec:
         the same key train bitwise identically when fault-free (checkpointing only
         reads the state), so they can share one reference run."""
         d = asdict(self)
+        # torchft trains with its own reduction and optimizer wrapper: its fault-free run
+        # is its own reference, not another strategy's
+        own = Strategy.parse(self.strategy).entry.launcher == "torchft"
+        d["trainer"] = "torchft" if own else None
         for k in ("faults", "strategy", "mtbf_s", "max_restarts", "segments", "rdzv_endpoint",
                   "rdzv_id", "ckpt_dir", "spares"):
             d.pop(k, None)

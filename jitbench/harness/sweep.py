@@ -12,6 +12,8 @@ Every run of one workload and seed shares one fault-free reference: the final
 state of training does not depend on the checkpointing strategy (checkpoints
 only read the state; :meth:`RunSpec.training_key`), so the reference runs
 under ``none`` and every strategy's recovered run must equal it bitwise.
+``torchft`` trains through torchft's DDP and optimizer wrappers: its runs share
+their own fault-free reference (``refs/<workload>-s<seed>-torchft/``).
 
 A row holds the run's summary (:func:`jitbench.harness.run.record_row`:
 ``detect_s``, ``save_s``, ``restart_s``, ``restore_s``, ``replay_s``,
@@ -198,16 +200,19 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
     sweep_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     rows: list[dict] = []
-    refs: dict[tuple[str, int], Path] = {}
+    refs: dict[tuple[str, int, str], Path] = {}
     for w, s, f, seed, rep in cfg.cells():
-        if (w, seed) not in refs:
-            ref_dir = sweep_dir / "refs" / f"{w}-s{seed}"
+        # torchft trains through its own DDP and optimizer wrappers: its own reference
+        trainer = "torchft" if Strategy.parse(s).entry.launcher == "torchft" else "none"
+        if (w, seed, trainer) not in refs:
+            ref_dir = sweep_dir / "refs" / (f"{w}-s{seed}" if trainer == "none"
+                                            else f"{w}-s{seed}-{trainer}")
             if not (resume and (ref_dir / "summary.json").exists()):
-                out = run(cfg.spec(w, "none", None, seed), ref_dir, reference=False,
+                out = run(cfg.spec(w, trainer, None, seed), ref_dir, reference=False,
                           overwrite=True, timeout_s=cfg.timeout_s)
                 if on_run:
                     on_run({**record_row(out.summary), "reference": True})
-            refs[(w, seed)] = ref_dir
+            refs[(w, seed, trainer)] = ref_dir
         spec = cfg.spec(w, s, f, seed)
         d = cell_dir(sweep_dir, w, s, f, seed, rep)
         t_run = time.monotonic()
@@ -215,7 +220,7 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
             summary = json.loads((d / "summary.json").read_text())
             run_wall = summary.get("run_wall_s")
         else:
-            summary = run(spec, d, reference_from=refs[(w, seed)], overwrite=True,
+            summary = run(spec, d, reference_from=refs[(w, seed, trainer)], overwrite=True,
                           timeout_s=cfg.timeout_s).summary
             run_wall = time.monotonic() - t_run
             summary["run_wall_s"] = run_wall

@@ -12,7 +12,11 @@
      baseline was recorded) is skipped with a note; every field both have must
      be equal. The results and the baseline must hold the same configurations;
    - ``machine_torch``: the torch version (it decides checkpoint formats, DCP
-     and kernels).
+     and kernels);
+   - ``machine_peer_*``: the versions of the peer systems (``torchft``,
+     ``nvidia-resiliency-ext``): equal where both tables have the column; a
+     column only one side has refuses the comparison when a peer strategy
+     (a registry entry with ``requires``) is among the rows, else is a note.
 
    Host name, CPU count, platform and Python version may differ (a CI runner is
    not the machine the baseline was recorded on); the gate prints a note, and
@@ -175,6 +179,35 @@ def _truthy(v) -> bool:
     return v is True or v == 1
 
 
+def _check_peer_versions(baseline, results, v) -> None:
+    """Refuse results whose peer-system versions differ from the baseline's (see the
+    module docstring, step 1).
+
+    Raises:
+        Incomparable: a version differs, or is recorded on one side only while a
+            peer strategy is compared.
+    """
+    from jitbench.runtime.strategies import REGISTRY
+
+    peers = {name for name, e in REGISTRY.items() if e.requires}
+    used = {str(x).split(":")[0] for t in (baseline, results) if "strategy" in t.columns
+            for x in t["strategy"]}
+    cols = sorted({c for t in (baseline, results) for c in t.columns
+                   if str(c).startswith("machine_peer_")})
+    for c in cols:
+        if c in baseline.columns and c in results.columns:
+            bk, rk = set(map(str, baseline[c])), set(map(str, results[c]))
+            if bk != rk:
+                raise Incomparable(f"{c} {sorted(rk)} vs baseline {sorted(bk)}: peer versions "
+                                   "differ")
+        elif used & peers:
+            side = "results" if c in results.columns else "baseline"
+            raise Incomparable(f"{c} is recorded only in the {side} while peer strategies "
+                               f"({', '.join(sorted(used & peers))}) are compared")
+        else:
+            v.notes.append(f"{c} recorded on one side only (no peer strategy compared)")
+
+
 def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
             strict_machine: bool = False) -> Verdict:
     """Compare two results tables (pandas DataFrames, one row per run).
@@ -205,6 +238,7 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
         bk, rk = set(map(str, _col(baseline, k))), set(map(str, _col(results, k)))
         if bk != rk:
             raise Incomparable(f"{k} {sorted(rk)} vs baseline {sorted(bk)}")
+    _check_peer_versions(baseline, results, v)
     for k in INFO_MACHINE_KEYS:
         if k in baseline.columns and k in results.columns:
             bk, rk = set(map(str, baseline[k])), set(map(str, results[k]))

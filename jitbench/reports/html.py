@@ -267,7 +267,7 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
     ctx: dict = {"title": title, "css": Markup(CSS.read_text(encoding="utf-8")),
                  "source": str(d.resolve()), "sweep": None,
                  "generated": time.strftime("%Y-%m-%d %H:%M:%S"), "results": None,
-                 "cards": [], "sections": [], "metric_notes": METRIC_NOTES,
+                 "cards": [], "sections": [], "metric_notes": METRIC_NOTES, "comparison": [],
                  "result_columns": RESULT_COLUMNS, "overhead_columns": OVERHEAD_COLUMNS,
                  "validation_columns": VALIDATION_COLUMNS, "scale_columns": SCALE_COLUMNS,
                  "good": good, "color": plots.strategy_color,
@@ -283,16 +283,23 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
     md = [f"# {title}", "", f"source: `{d.resolve()}`", ""]
     if t is not None and len(t):
         n = len(t)
-        eq = int((t["state_equal"] == True).sum())  # noqa: E712
+        # a peer that does not promise the fault-free state is not counted against it
+        promised = (t["bitwise_promised"] != False) if "bitwise_promised" in t else True  # noqa: E712
+        eq = int(((t["state_equal"] == True) & promised).sum())  # noqa: E712
+        n_eq = int(promised.sum()) if "bitwise_promised" in t else len(t)
         rok = int((t.get("replay_ok") == True).sum()) if "replay_ok" in t else 0  # noqa: E712
         cards = [("runs", str(n), ""),
-                 ("state_equal", f"{eq}/{n}", "ok" if eq == n else "bad"),
+                 ("state_equal", f"{eq}/{n_eq}", "ok" if eq == n_eq else "bad"),
                  ("replay invariant", f"{rok}/{n}", "ok" if rok == n else "bad")]
         for s in plots.strategy_order(t["strategy"]):
             rec = t[t["strategy"] == s]["recovery_s"].median()
             cards.append((f"median recovery · {s}", f"{fmt(rec, 1, none=REPORT['none'])} s", ""))
         ctx["cards"], ctx["results"] = cards, t.to_dict("records")
         md += ["## Results", "", markdown_table(t, RESULT_COLUMNS), ""]
+        ctx["comparison"] = comparison_lines(t)
+        if ctx["comparison"]:
+            md += ["## Strategies side by side", ""] + [f"- {x}" for x in ctx["comparison"]]
+            md += [""]
 
     for sec, heading in SECTIONS:
         mine = [f for f in figs if f["section"] == sec]
@@ -316,6 +323,39 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
     _save(html_path, _template().render(**ctx).encode("utf-8"))
     _save(md_path, ("\n".join(md) + "\n").encode("utf-8"))
     return html_path, md_path
+
+
+def comparison_lines(t) -> list[str]:
+    """One generated line per workload and fault kind: which strategy wasted the
+    fewest GPU-seconds, which stalled least (``stall_s``) and recovered fastest
+    (``recovery_s``), medians over repeats at this machine's world size, and which
+    strategies did not keep the fault-free state (peers that train on with fewer
+    replicas), with their ``max_abs_diff``. Empty without a fault column."""
+    if t is None or not len(t) or "fault" not in t.columns:
+        return []
+    out = []
+    for (w, f), g in t[t["fault"] != "none"].groupby(["workload", "fault"], sort=False):
+        med = g.groupby("strategy").median(numeric_only=True)
+        if len(med) < 2:
+            continue
+        parts = []
+        for col, what, unit in (("wasted_gpu_s", "wasted the fewest GPU-seconds", "GPU-s"),
+                                ("stall_s", "resumed training soonest (stall)", "s"),
+                                ("recovery_s", "had the whole world training again first",
+                                 "s")):
+            if col in med and med[col].notna().any():
+                best = med[col].idxmin()
+                parts.append(f"{best} {what} ({med[col][best]:.2f} {unit})")
+        if "state_equal" in g:
+            diff = g[g["state_equal"] == False]  # noqa: E712
+            if len(diff):
+                parts.append("not the fault-free state: " + ", ".join(
+                    f"{st} (max_abs_diff {d:.3g})" for st, d in
+                    diff.groupby("strategy")["max_abs_diff"].max().items()))
+        ws = int(g["world_size"].median()) if "world_size" in g else None
+        out.append(f"{w} · {f}" + (f" at {ws} ranks" if ws else "") + ": "
+                   + "; ".join(parts) + ".")
+    return out
 
 
 def _save(path: Path, data: bytes) -> None:

@@ -63,13 +63,21 @@ _PREFERRED_ROWS: dict[str, tuple[str, ...]] = {
 def params_from_table(df: pd.DataFrame, source: str = "results") -> dict[str, float]:
     """:class:`ModelParams` overrides (s) from a records/results table: the
     median of each :data:`RESULT_COLUMNS` column, preferring the rows of
-    :data:`_PREFERRED_ROWS` (see
+    :data:`_PREFERRED_ROWS`, over the rows of the strategies the model knows (the
+    peers' rows, ``torchft`` and ``nvrx``, are left out when others exist; see
     :func:`jitbench.reports.modelcmd.load_params_from_results`).
 
     Raises:
         InputError: no usable column, or a negative (or zero step) median.
     """
     strategy = df["strategy"].astype(str) if "strategy" in df.columns else None
+    if strategy is not None:  # the model's strategies only: the peers recover otherwise
+        from jitbench.runtime.strategies import REGISTRY
+
+        peers = tuple(n for n, e in REGISTRY.items() if e.launcher != "agent")
+        own = ~strategy.str.split(":").str[0].isin(peers)
+        if own.any():
+            df, strategy = df[own], strategy[own]
     overrides: dict[str, float] = {}
     for column, param in RESULT_COLUMNS.items():
         if column not in df.columns:

@@ -137,7 +137,8 @@ RESULT_COLUMNS = [
     Column("workload", "workload", format="text"), Column("strategy", "strategy",
                                                           format="strategy"),
     Column("fault", "fault", format="text"), Column("repeat", "rep"),
-    Column("detect_s", "detect s", "s"), Column("save_s", "save s", "s"),
+    Column("detect_s", "detect s", "s"), Column("stall_s", "stall s", "s"),
+    Column("save_s", "save s", "s"),
     Column("restart_s", "restart s", "s"), Column("restore_s", "restore s", "s"),
     Column("replay_s", "replay s", "s"), Column("recovery_s", "recovery s", "s"),
     Column("replayed_steps", "replayed", "steps", ok="replay_ok"),
@@ -180,11 +181,12 @@ SCALE_COLUMNS = [
 
 
 SUMMARY_ROWS = [
-    Column("detect_s", "detect_s", "s", "3"), Column("save_s", "save_s", "s", "3"),
+    Column("detect_s", "detect_s", "s", "3"), Column("stall_s", "stall_s", "s", "3"),
+    Column("save_s", "save_s", "s", "3"),
     Column("restart_s", "restart_s", "s", "3"), Column("restore_s", "restore_s", "s", "3"),
     Column("replayed_steps", "replayed_steps", "steps", "3"),
     Column("recovery_s", "recovery_s", "s", "3"), Column("state_equal", "state_equal", "", "3"),
-    Column("max_abs_diff", "max_abs_diff", "", "3"),
+    Column("max_abs_diff", "max_abs_diff", "", "3"), Column("loss_diff", "loss_diff", "", "3"),
     Column("sample_stream_equal", "sample_stream_equal", "", "3"),
     Column("wasted_gpu_s", "wasted_gpu_s", "GPU-s", "3"), Column("attempts", "attempts", "", "3"),
     Column("completed", "completed", "", "3")]

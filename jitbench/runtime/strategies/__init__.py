@@ -22,7 +22,8 @@ from typing import Any
 
 from jitbench.errors import SpecError
 
-__all__ = ["REGISTRY", "Choice", "Entry", "load", "names", "parse", "usage"]
+__all__ = ["REGISTRY", "Choice", "Entry", "check_available", "load", "names", "parse",
+           "usage", "versions"]
 
 
 @dataclass(frozen=True)
@@ -36,21 +37,42 @@ class Entry:
     summary: str
     """One line for ``--help`` and the docs."""
     interval: str = "none"
-    """``none`` (takes no argument), ``required`` (``NAME:N``) or ``auto`` (``NAME:N``
-    or ``NAME:auto``)."""
+    """``none`` (takes no argument), ``required`` (``NAME:N``), ``optional`` (``NAME``
+    means ``NAME:default_interval``) or ``auto`` (``NAME:N`` or ``NAME:auto``)."""
     replay_bound: str = "one"
     """What the strategy promises to replay per failure: ``one`` (at most one
     minibatch), ``interval`` (the steps since its last checkpoint, at most N),
-    ``all`` (from step 0)."""
-    launcher: str = "agent"
-    """How the harness starts the job: ``agent`` (one elastic agent for the world,
-    whole-job restarts) or ``replicas`` (one agent per replica plus spares and a
-    membership store: :mod:`jitbench.harness.replicas`)."""
+    ``all`` (from step 0), ``none`` (survivors never re-execute a committed step)."""
     writes: str = "on_failure"
     """Who writes checkpoint files, and when: ``never``, ``rank0`` (rank 0, on its
     schedule) or ``on_failure`` (the survivors, when a peer fails). Storage faults
     are refused up front where they could never fire."""
+    launcher: str = "agent"
+    """How the harness starts the job: ``agent`` (one torchrun elastic agent restarts
+    the whole group), ``replicas`` (one agent per replica plus hot spares and a
+    membership store: :mod:`jitbench.harness.replicas`), ``torchft`` (a Lighthouse plus
+    one agent per replica; only the failed replica restarts) or ``ft_launcher`` (NVRx's
+    launcher instead of torchrun)."""
+    requires: tuple[str, ...] = ()
+    """Python modules the strategy needs beyond jitbench's dependencies (an optional
+    extra); a missing one refuses the strategy before anything runs (:func:`check_available`)."""
+    extra: str = ""
+    """The optional extra that installs :attr:`requires` (``pip install -e '.[EXTRA]'``)."""
+    promise: str = ""
+    """What ``replay_ok`` checks for this strategy, in words (empty: the replay bound)."""
+    bitwise: bool = True
+    """The recovered run promises the fault-free run's final state bitwise
+    (``state_equal`` is judged); False for a peer that trains on with fewer replicas
+    (``state_equal`` and ``max_abs_diff`` are reported, not judged)."""
+    default_interval: int = 0
+    """``interval="optional"``: the interval when ``NAME`` is given without ``:N``."""
+    unsupported_faults: tuple[tuple[str, str], ...] = ()
+    """``(fault kind, why)`` pairs refused up front for this strategy."""
 
+
+_NO_CKPT_FILES = tuple((k, "torchft writes no checkpoint files (a replacement heals from a "
+                          "live replica over HTTP)") for k in ("enospc", "eio", "torn-write",
+                                                                "corrupt"))
 
 REGISTRY: dict[str, Entry] = {e.name: e for e in (
     Entry("jit", "jitbench.runtime.strategies.jit:JustInTime",
@@ -67,6 +89,31 @@ REGISTRY: dict[str, Entry] = {e.name: e for e in (
     Entry("periodic-async", "jitbench.runtime.strategies.periodic_async:PeriodicAsync",
           "asynchronous checkpoint (DCP async_save) every N steps", interval="required",
           replay_bound="interval", writes="rank0"),
+    Entry("torchft", "jitbench.runtime.strategies.torchft:TorchFT",
+          "torchft: per-step quorum (Lighthouse), survivors go on, the replacement heals "
+          "from a survivor", replay_bound="none", writes="never", launcher="torchft",
+          bitwise=False,
+          requires=("torchft",), extra="peers",
+          promise="no committed step is executed twice, and the replacement joins at the "
+                  "survivors' step with the survivors' state (equal parameters at every "
+                  "step after it joins)",
+          unsupported_faults=_NO_CKPT_FILES + (
+              ("nccl-timeout", "torchft's all-reduce takes the Manager's timeout, not a "
+                               "per-operation one"),
+              ("desync", "an extra collective on torchft's process group breaks its quorum "
+                         "bookkeeping, not the training"),
+              ("xid", "the GPU health check belongs to the jitbench runtime, which torchft "
+                      "does not run"))),
+    Entry("nvrx", "jitbench.runtime.strategies.nvrx:Nvrx",
+          "NVIDIA Resiliency Extension: ft_launcher heartbeats detect hangs, in-job restart "
+          "from a checkpoint every N steps (nvrx = nvrx:5)", interval="optional",
+          default_interval=5, replay_bound="interval", writes="rank0",
+          launcher="ft_launcher", requires=("nvidia_resiliency_ext",), extra="peers"),
+    Entry("nvrx-sections", "jitbench.runtime.strategies.nvrx:NvrxSections",
+          "NVRx ft_launcher with section-based hang detection (a timeout per step section) "
+          "instead of heartbeats; checkpoint every N steps (nvrx-sections = nvrx-sections:5)",
+          interval="optional", default_interval=5, replay_bound="interval", writes="rank0",
+          launcher="ft_launcher", requires=("nvidia_resiliency_ext",), extra="peers"),
 )}
 
 
@@ -102,6 +149,8 @@ def usage() -> str:
     for e in REGISTRY.values():
         if e.interval == "none":
             forms.append(e.name)
+        elif e.interval == "optional":
+            forms += [e.name, f"{e.name}:N"]
         else:
             forms.append(f"{e.name}:N")
             if e.interval == "auto":
@@ -122,6 +171,8 @@ def parse(text: str) -> Choice:
         arg = m[2]
         if entry.interval == "none" and arg is None:
             return Choice(entry.name)
+        if entry.interval == "optional" and arg is None:
+            return Choice(entry.name, entry.default_interval)
         if entry.interval != "none" and arg is not None:
             if arg == "auto" and entry.interval == "auto":
                 return Choice(entry.name, 0, auto=True)
@@ -141,3 +192,36 @@ def load(name: str) -> type[Any]:
         raise SpecError(f"unknown strategy {name!r}; one of {', '.join(REGISTRY)}")
     module, _, cls = entry.target.partition(":")
     return getattr(importlib.import_module(module), cls)
+
+
+def check_available(name: str) -> None:
+    """Refuse a strategy whose optional extra is not installed (no import: only
+    looks the modules up).
+
+    Raises:
+        SpecError: one line naming the missing module and the install command.
+    """
+    import importlib.util
+
+    entry = REGISTRY[name]
+    missing = [m for m in entry.requires if importlib.util.find_spec(m) is None]
+    if missing:
+        raise SpecError(f"strategy {name} needs {', '.join(missing)}, which is not installed: "
+                        f"pip install -e '.[{entry.extra}]'")
+
+
+def versions() -> dict[str, str | None]:
+    """Installed versions of every strategy's extra modules (distribution metadata,
+    no import): ``{"torchft": "0.2.0", "nvidia-resiliency-ext": None, ...}``."""
+    from importlib import metadata
+
+    dists = {"torchft": "torchft", "nvidia_resiliency_ext": "nvidia-resiliency-ext"}
+    out: dict[str, str | None] = {}
+    for entry in REGISTRY.values():
+        for mod in entry.requires:
+            dist = dists.get(mod, mod)
+            try:
+                out[dist] = metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                out[dist] = None
+    return out

@@ -1,0 +1,149 @@
+"""Launch a ``torchft`` run: the Lighthouse, then one elastic agent per replica.
+
+::
+
+    harness ── torchft LighthouseServer (127.0.0.1, OS-chosen port)
+            ── TCPStore (start barrier, end barrier; loopback, OS-chosen port)
+      ├─ agent slot 0 ── torchft_worker (replica group jitbench0)
+      └─ agent slot 1 ── torchft_worker (replica group jitbench1)
+
+Each agent is ``python -m torch.distributed.run --standalone --nproc-per-node 1
+--max-restarts R``: when its worker dies, the agent starts a new one (as a
+cluster scheduler restarts a failed replica group), which joins the next
+quorum and heals from a survivor. The Lighthouse is created before the agents
+and shut down after every agent has exited (also on errors, timeouts and
+interrupts: Ctrl-C or SIGTERM to the harness stops every agent, whose workers
+then stop; what was recorded stays). Lighthouse settings: :data:`MIN_REPLICAS` (survivors may go on
+alone), :data:`JOIN_TIMEOUT_MS` (how long a quorum waits for a replica that
+heartbeats but does not ask: a hung one), :data:`HEARTBEAT_TIMEOUT_MS` (a
+replica silent this long is out: a dead one).
+
+Limits: one node (everything binds the loopback address).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+from jitbench.harness.launch import (
+    LaunchResult,
+    _rank0_progress,
+    die_with_parent,
+    held_signals,
+    reap,
+    stop_agent,
+)
+from jitbench.harness.spec import RunSpec
+
+MIN_REPLICAS = 1
+"""Lighthouse ``min_replicas``: a quorum may hold a single survivor."""
+JOIN_TIMEOUT_MS = 1000
+"""Lighthouse ``join_timeout_ms``: a quorum waits this long for a live replica that
+has not asked to join (ms)."""
+HEARTBEAT_TIMEOUT_MS = 1000
+"""Lighthouse ``heartbeat_timeout_ms``: a replica silent this long is out (ms)."""
+END_WAIT_S = 60.0
+"""How long the harness waits for the other agents once one has ended for good (s)."""
+
+
+def replica_command(spec: RunSpec, run_dir: Path) -> list[str]:
+    """The ``torch.distributed.run`` command line of one replica group's agent."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+            "--nproc-per-node", "1", "--max-restarts", str(spec.max_restarts),
+            "--monitor-interval", "0.1", "-m", "jitbench.harness.torchft_worker", str(run_dir)]
+
+
+def launch_torchft(spec: RunSpec, run_dir: Path,
+                   progress: Callable[[dict], None] | None = None,
+                   timeout_s: float | None = None) -> LaunchResult:
+    """Run a ``torchft`` spec to completion (see the module docstring).
+
+    Returns:
+        A :class:`~jitbench.harness.launch.LaunchResult`: ``returncode`` 0 when every
+        agent exited 0, else the first non-zero status.
+
+    Raises:
+        ImportError: torchft is not installed (the spec's validation refuses this first).
+    """
+    import torch.distributed as dist
+
+    # the Lighthouse logs every quorum tick at INFO into this process's stderr (the
+    # terminal); its level is read once, when torchft's native module sets up logging
+    os.environ.setdefault("RUST_LOG", "warn")
+    from torchft.coordination import LighthouseServer
+
+    run_dir = Path(run_dir).resolve()
+    log_path = run_dir / "agent.log"
+    lighthouse = LighthouseServer(bind="127.0.0.1:0", min_replicas=MIN_REPLICAS,
+                                  join_timeout_ms=JOIN_TIMEOUT_MS,
+                                  heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS)
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=timedelta(seconds=60))
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(spec.threads_per_rank))
+    env["PYTHONUNBUFFERED"] = "1"
+    env["TORCHFT_LIGHTHOUSE"] = lighthouse.address()
+    env["JITBENCH_MEMBERS"] = f"127.0.0.1:{store.port}"
+    t0 = time.monotonic()
+    interrupted = timed_out = False
+    procs: list[subprocess.Popen] = []
+    ended_at: float | None = None
+    prev_term = signal.getsignal(signal.SIGTERM)
+
+    def _on_term(signum, frame):  # SIGTERM to the harness stops the run like Ctrl-C
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, _on_term)
+    except ValueError:  # not the main thread
+        prev_term = None
+    try:
+        with open(log_path, "ab") as log:
+            log.write(f"torchft lighthouse at {lighthouse.address()}\n".encode())
+            log.flush()
+            try:
+                for slot in range(spec.world_size):
+                    procs.append(subprocess.Popen(
+                        replica_command(spec, run_dir), stdout=log, stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL, env={**env, "JITBENCH_SLOT": str(slot)},
+                        start_new_session=True, preexec_fn=die_with_parent))
+                offsets: dict = {}
+                state: dict = {"step": 0, "attempt": 0}
+                while any(p.poll() is None for p in procs):
+                    time.sleep(0.1)
+                    if progress is not None:
+                        _rank0_progress(run_dir / "events", offsets, state)
+                        progress(dict(state))
+                    if timeout_s is not None and time.monotonic() - t0 > timeout_s:
+                        timed_out = True
+                        break
+                    if ended_at is None and any(p.poll() not in (None, 0) for p in procs):
+                        ended_at = time.monotonic()  # an agent's restart budget ran out
+                        store.set("shutdown", "1")
+                    if ended_at is not None and time.monotonic() - ended_at > END_WAIT_S:
+                        break
+            except KeyboardInterrupt:
+                interrupted = True
+            finally:
+                with held_signals(reraise=False) as got:
+                    store.set("shutdown", "1")
+                    for p in procs:
+                        if p.poll() is None:
+                            stop_agent(p, None, grace_s=10.0)
+                    for p in procs:
+                        reap(run_dir, p.pid)
+                interrupted = interrupted or bool(got)
+    finally:
+        lighthouse.shutdown()
+        if prev_term is not None:
+            signal.signal(signal.SIGTERM, prev_term)
+    codes = [p.wait() for p in procs]
+    rc = next((c for c in codes if c != 0), 0)
+    return LaunchResult(rc, time.monotonic() - t0, interrupted, log_path, timed_out)
