@@ -166,8 +166,15 @@ def leaked_ports(run_dir: str | Path) -> list[str]:
     return out
 
 
+def in_process(strategy: str) -> bool:
+    """The strategy recovers without restarting the survivors (registry launcher ``replicas``)."""
+    return Strategy.parse(strategy).entry.launcher == "replicas"
+
+
 def expected_order(strategy: str, n_failures: int) -> list[str]:
     """Recovery milestones :func:`metrics.event_order` must return."""
+    if in_process(strategy):
+        return ["fault", "failure", "reform", "transfer", "restore", "step"] * n_failures
     one = ["fault", "failure", "save", "restart", "restore", "step"]
     if Strategy.parse(strategy).name != "jit":
         one.remove("save")
@@ -181,6 +188,9 @@ def milestones_ok(order: list[str], strategy: str, evs: list[dict]) -> bool:
     when the next attempt's first fault hits the very step after the restored
     one: that attempt fails before any step completes (seen in the stress
     campaigns: ``term@1:6`` restored at step 6, ``exit@1:7``)."""
+    if in_process(strategy):  # one recovery per generation a fault fired in
+        n = len({(e["attempt"], e.get("gen") or 0) for e in evs if e["event"] == "fault"})
+        return order == expected_order(strategy, n)
     attempts = sorted({int(e.get("attempt", 0)) for e in evs if e["event"] == "fault"})
     first_fault = {}
     restored: dict[int, int] = {}
@@ -248,9 +258,11 @@ def check(summary: dict, spec: RunSpec, run_dir: str | Path, reference_dir: str 
         if f.get("replayed_steps") is None or f["replayed_steps"] > allowed:
             v.append(f"replay: failure at step {f['fault_step']} replayed "
                      f"{f.get('replayed_steps')} steps (allowed {allowed})")
-        if spec.strategy == "jit" and f.get("restored_kind") != "jit":
+        want = "peer" if in_process(spec.strategy) else "jit"
+        if Strategy.parse(spec.strategy).name.startswith("jit") and \
+                f.get("restored_kind") != want:
             v.append(f"replay: failure at step {f['fault_step']} restored "
-                     f"{f.get('restored_kind')!r}, not a JIT part")
+                     f"{f.get('restored_kind')!r}, not {want}")
     evs = read_events(run_dir / "events")
     fired = sorted(e["fault_id"] for e in evs if e["event"] == "fault")
     planned = sorted(f.id for f in spec.faults)
@@ -258,8 +270,10 @@ def check(summary: dict, spec: RunSpec, run_dir: str | Path, reference_dir: str 
         v.append(f"faults: fired {fired}, planned {planned}")
     v += _coincident_fault_violations(evs)
     if summary.get("completed"):
-        failed = len({e.get("attempt") for e in evs if e["event"] == "fault"})
-        if summary.get("num_failures") != failed or summary.get("attempts") != failed + 1:
+        failed = len({(e.get("attempt"), e.get("gen") or 0) for e in evs
+                      if e["event"] == "fault"})
+        attempts = 1 if in_process(spec.strategy) else failed + 1
+        if summary.get("num_failures") != failed or summary.get("attempts") != attempts:
             v.append(f"faults: {summary.get('num_failures')} failures in "
                      f"{summary.get('attempts')} attempts for {len(planned)} faults "
                      f"fired in {failed} attempts")

@@ -491,16 +491,19 @@ def compare_states(path_a: str | Path, path_b: str | Path) -> tuple[bool, float]
 
 def event_order(run_dir: str | Path) -> list[str]:
     """Names of the recovery milestones in time order, one per failure, e.g.
-    ``fault, failure, save, restart, restore, step`` (for tests and reports)."""
+    ``fault, failure, save, restart, restore, step`` for a whole-job restart and
+    ``fault, failure, reform, transfer, restore, step`` for an in-process one (for
+    tests and reports)."""
     evs = read_events(Path(run_dir) / "events")
     out: list[str] = []
     seen_attempt = 0
-    last_fault_attempt = None
+    last_fault = None
     for e in evs:
         n, p = e["event"], e["phase"]
-        if n == "fault" and e.get("fails_job", True) and last_fault_attempt != e["attempt"]:
+        where = (e["attempt"], phases.gen_of(e))
+        if n == "fault" and e.get("fails_job", True) and last_fault != where:
             out.append("fault")
-            last_fault_attempt = e["attempt"]
+            last_fault = where
         elif n == "failure" and out and out[-1] == "fault":
             out.append("failure")
         elif n == "save" and p == "end" and e.get("kind") == "jit" and out and out[-1] == "failure":
@@ -508,7 +511,11 @@ def event_order(run_dir: str | Path) -> list[str]:
         elif n == "init" and p == "end" and e["attempt"] > seen_attempt:
             seen_attempt = e["attempt"]
             out.append("restart")
-        elif n == "restore" and p == "end" and out and out[-1] == "restart":
+        elif n == "reform" and p == "end" and out and out[-1] == "failure":
+            out.append("reform")
+        elif n == "transfer" and p == "end" and out and out[-1] == "reform":
+            out.append("transfer")
+        elif n == "restore" and p == "end" and out and out[-1] in ("restart", "transfer"):
             out.append("restore")
         elif n == "step" and p == "end" and out and out[-1] == "restore":
             out.append("step")

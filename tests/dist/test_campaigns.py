@@ -120,7 +120,9 @@ def test_stress_campaigns(tmp_path, shared_reference):
     @given(st.integers(0, len(bases) - 1).flatmap(
         lambda i: st.tuples(st.just(i), campaigns(
             STRESS_STEPS, grad_accum=bases[i].workload.grad_accum,
-            strategies=("jit", "jit", "jit", "periodic:3")))))
+            strategies=tuple(os.environ.get(
+                "JITBENCH_CAMPAIGN_STRATEGIES",
+                "jit,jit,jit-inprocess,jit-inprocess,periodic:3").split(","))))))
     def one(drawn):
         i, c = drawn
         r = run_campaign(c, bases[i], shared_reference, tmp_path)

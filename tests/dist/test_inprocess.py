@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from jitbench.faults import FaultSpec
+from jitbench.harness import metrics
+from jitbench.harness.campaign import expected_order
 from jitbench.harness.launch import run_processes
 from jitbench.harness.run import run as run_spec
 from jitbench.runtime.events import read_events
@@ -49,6 +51,7 @@ def _assert_clean_recovery(s: dict, run_dir: Path, failures: int) -> None:
         assert f["restart_s"] is None
         assert f["reform_s"] + f["transfer_s"] <= f["recovery_s"]
     assert not run_processes(run_dir)
+    assert metrics.event_order(run_dir) == expected_order("jit-inprocess", failures)
     res = [e for e in read_events(run_dir / "events") if e["event"] == "resources"]
     assert len(res) == s["world_size"]
     counts = {(e["threads"], e["tcp_established"], e["tcp_listen"]) for e in res}
