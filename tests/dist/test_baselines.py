@@ -69,8 +69,14 @@ def test_periodic_auto_picks_the_young_interval_and_keeps_it_after_restore(tmp_p
     n = max(1, round((2 * auto["cost_s"] * 0.5) ** 0.5 / auto["step_s"]))
     assert s["checkpoint_interval"] == auto["interval"] == n
     chosen = [e for e in read_events(run_dir / "events") if e["event"] == "auto_interval"]
-    assert {e["interval"] for e in chosen} == {n}
-    # probed once per rank: restored checkpoints carry the interval
+    by_attempt: dict[int, set] = {}
+    for e in chosen:
+        by_attempt.setdefault(e["attempt"], set()).add(e["interval"])
+    # every rank takes rank 0's choice; the first probe's is the summary's
+    assert all(len(v) == 1 for v in by_attempt.values()) and by_attempt[0] == {n}
+    # probed once per rank: restored checkpoints carry the interval; a restart from
+    # step 0 (the hang came before the first checkpoint) probes again, and may measure
+    # a different cost under load
     assert len(chosen) == 2 or s["failures"][0]["restored_step"] == 0
     assert s["replay_ok"] is True and s["state_equal"] is True
 
