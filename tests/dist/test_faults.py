@@ -5,7 +5,7 @@ fault) to keep the suite short; each test asserts on one fault of a campaign:
 that it fired exactly as scheduled, the recovery or the documented outcome,
 the event order, and ``state_equal`` against one shared fault-free reference
 wherever JIT (or the periodic fallback) recovers. Field cases C1, C2, C10 and
-C11 (``../shared/cases``) have tests named after them; C2 is also covered at
+C11 (field cases from real failures) have tests named after them; C2 is also covered at
 every instant of the commit in ``tests/unit/test_faults.py``.
 """
 
