@@ -50,11 +50,13 @@ SHUTDOWN_GRACE_S = 30.0
 """How long spares and their agents get to exit after the job finished (s)."""
 
 
-def replica_command(spec: RunSpec, run_dir: Path) -> list[str]:
-    """The ``torch.distributed.run`` command line of one replica's (or spare's) agent."""
+def replica_command(spec: RunSpec, run_dir: Path,
+                    worker: str = "jitbench.harness.worker") -> list[str]:
+    """The ``torch.distributed.run`` command line of one replica's (or spare's) agent,
+    running the module ``worker`` (one process, its own standalone rendezvous)."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
             "--nproc-per-node", "1", "--max-restarts", str(spec.max_restarts),
-            "--monitor-interval", "0.1", "-m", "jitbench.harness.worker", str(run_dir)]
+            "--monitor-interval", "0.1", "-m", worker, str(run_dir)]
 
 
 def launch_replicas(spec: RunSpec, run_dir: Path, progress: Callable[[dict], None] | None = None,

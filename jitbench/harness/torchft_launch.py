@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -40,7 +39,11 @@ from jitbench.harness.launch import (
     reap,
     stop_agent,
 )
+from jitbench.harness.replicas import ENV_MEMBERS, ENV_SLOT, replica_command
 from jitbench.harness.spec import RunSpec
+
+TORCHFT_WORKER = "jitbench.harness.torchft_worker"
+"""The module each replica group's agent runs."""
 
 MIN_REPLICAS = 1
 """Lighthouse ``min_replicas``: a quorum may hold a single survivor."""
@@ -51,13 +54,6 @@ HEARTBEAT_TIMEOUT_MS = 1000
 """Lighthouse ``heartbeat_timeout_ms``: a replica silent this long is out (ms)."""
 END_WAIT_S = 60.0
 """How long the harness waits for the other agents once one has ended for good (s)."""
-
-
-def replica_command(spec: RunSpec, run_dir: Path) -> list[str]:
-    """The ``torch.distributed.run`` command line of one replica group's agent."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-            "--nproc-per-node", "1", "--max-restarts", str(spec.max_restarts),
-            "--monitor-interval", "0.1", "-m", "jitbench.harness.torchft_worker", str(run_dir)]
 
 
 def launch_torchft(spec: RunSpec, run_dir: Path,
@@ -90,7 +86,7 @@ def launch_torchft(spec: RunSpec, run_dir: Path,
     env.setdefault("OMP_NUM_THREADS", str(spec.threads_per_rank))
     env["PYTHONUNBUFFERED"] = "1"
     env["TORCHFT_LIGHTHOUSE"] = lighthouse.address()
-    env["JITBENCH_MEMBERS"] = f"127.0.0.1:{store.port}"
+    env[ENV_MEMBERS] = f"127.0.0.1:{store.port}"
     t0 = time.monotonic()
     interrupted = timed_out = False
     procs: list[subprocess.Popen] = []
@@ -111,8 +107,9 @@ def launch_torchft(spec: RunSpec, run_dir: Path,
             try:
                 for slot in range(spec.world_size):
                     procs.append(subprocess.Popen(
-                        replica_command(spec, run_dir), stdout=log, stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL, env={**env, "JITBENCH_SLOT": str(slot)},
+                        replica_command(spec, run_dir, TORCHFT_WORKER), stdout=log,
+                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        env={**env, ENV_SLOT: str(slot)},
                         start_new_session=True, preexec_fn=die_with_parent))
                 offsets: dict = {}
                 state: dict = {"step": 0, "attempt": 0}
