@@ -28,6 +28,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from jitbench.runtime.device_copy import map_tensors
+
 __all__ = ["broadcast_state"]
 
 
@@ -40,20 +42,17 @@ class _Slot:
 
 
 def _pack(obj: Any, groups: dict[str, list[torch.Tensor]], sizes: dict[str, int]) -> Any:
-    if isinstance(obj, torch.Tensor):
-        t = obj.detach()
+    """``obj`` with each tensor replaced by its :class:`_Slot` in one buffer per dtype."""
+
+    def slot(t: torch.Tensor) -> _Slot:
+        t = t.detach()
         key = str(t.dtype).removeprefix("torch.")
         off = sizes.get(key, 0)
         groups.setdefault(key, []).append(t.reshape(-1))
         sizes[key] = off + t.numel()
         return _Slot(key, tuple(t.shape), off, t.numel())
-    if isinstance(obj, dict):
-        return {k: _pack(v, groups, sizes) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_pack(v, groups, sizes) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_pack(v, groups, sizes) for v in obj)
-    return obj
+
+    return map_tensors(obj, slot)
 
 
 def _unpack(obj: Any, bufs: dict[str, torch.Tensor]) -> Any:
