@@ -81,6 +81,7 @@ from jitbench.runtime import strategies
 from jitbench.runtime.config import EXIT_FAILURE, EXIT_FAILURE_SAVED, RuntimeConfig
 from jitbench.runtime.device_copy import DeviceCopyError, host_copy
 from jitbench.runtime.events import EventLog
+from jitbench.runtime.resources import resources
 from jitbench.runtime.rng import restore_rng
 from jitbench.runtime.state import Boundary, Registered, apply_state, to_bytes
 from jitbench.runtime.strategies.base import Loaded, Strategy
@@ -557,9 +558,15 @@ class Runtime:
         """End of training: let the strategy finish (an async save in flight
         commits), optionally write the final state (rank 0; the same complete
         state a checkpoint holds, for the bitwise ``state_equal`` oracle), meet
-        at a barrier, stop the watchdog and emit ``done``."""
+        at a barrier, stop the watchdog and emit ``done``.
+
+        Between the strategy's finish (its background writers joined) and the
+        barrier it emits ``resources``: the threads and sockets this process holds,
+        which a survivor of in-process recoveries must not hold more of than a
+        newcomer."""
         self._phase, self._phase_since = "checkpoint", time.monotonic()
         self.strategy.finish(self)
+        self.events.emit("resources", **resources())
         if final_state_path and self.rank == 0:
             path = Path(final_state_path)
             path.parent.mkdir(parents=True, exist_ok=True)
