@@ -56,8 +56,14 @@ SCHEMA: tuple[Field, ...] = (
                            "(mean over failures)"),
     Field("save_s", "s", "JIT save begin -> durable, slowest rank; periodic: the last "
                          "checkpoint before the fault (mean over failures)"),
+    Field("stall_s", "s", "fault -> the first step completed by any rank after it (mean "
+                          "over failures)"),
     Field("restart_s", "s", "last process of the failed attempt gone -> every new rank "
                             "initialised (mean over failures)"),
+    Field("reform_s", "s", "in-process recovery: failure declared -> the new generation's "
+                           "process group formed (mean over failures)"),
+    Field("transfer_s", "s", "in-process recovery: the boundary state's broadcast from a "
+                             "healthy replica, first begin -> last end (mean over failures)"),
     Field("restore_s", "s", "checkpoint load begin -> end, slowest rank (mean over failures)"),
     Field("replay_s", "s", "restore end -> the last replayed step's end (mean over failures)"),
     Field("recovery_s", "s", "fault -> first new step completed by every rank (mean over "

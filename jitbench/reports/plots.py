@@ -21,13 +21,21 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 STRATEGY_COLORS = {"jit": "#1b9e77", "periodic": "#d95f02", "periodic-async": "#7570b3",
-                   "periodic-auto": "#e7298a", "none": "#6b6b6b"}
-"""Colour of each strategy family (ColorBrewer Dark2)."""
-PHASES = ("detect_s", "save_s", "restart_s", "restore_s", "replay_s", "other_s")
+                   "periodic-auto": "#e7298a", "none": "#6b6b6b", "jit-inprocess": "#66a61e",
+                   "torchft": "#e6ab02", "nvrx": "#a6761d", "nvrx-sections": "#a6761d",
+                   "inmem": "#1f78b4"}
+"""Colour of each strategy family (ColorBrewer Dark2, then Paired for ``inmem``)."""
+PHASES = ("detect_s", "save_s", "restart_s", "reform_s", "transfer_s", "restore_s",
+          "replay_s", "other_s")
+"""Recovery phases in the order they happen: a whole-job restart has ``restart_s``, an
+in-process recovery ``reform_s`` (failure to the new group formed) and ``transfer_s``
+(the boundary state broadcast from a healthy replica) in its place."""
 PHASE_LABELS = {"detect_s": "detect", "save_s": "save", "restart_s": "restart",
+                "reform_s": "re-form group", "transfer_s": "state transfer",
                 "restore_s": "restore", "replay_s": "replay", "other_s": "other (gaps, "
                                                                            "first new step)"}
 PHASE_COLORS = {"detect_s": "#e76f51", "save_s": "#2a9d8f", "restart_s": "#8d99ae",
+                "reform_s": "#b5838d", "transfer_s": "#6d597a",
                 "restore_s": "#e9c46a", "replay_s": "#f4a261", "other_s": "#d9d9d9"}
 RANK_COLORS = ("#264653", "#e63946", "#457b9d", "#f4a261", "#2a9d8f", "#9b5de5", "#f15bb5",
                "#00bbf9")
@@ -54,9 +62,12 @@ def strategy_color(strategy: str) -> str:
 
 
 def strategy_order(strategies) -> list[str]:
-    """jit first, then periodic, periodic-async, auto, none (stable within a family)."""
-    rank = {"jit": 0, "periodic": 1, "periodic-async": 2, "periodic-auto": 3, "none": 4}
-    return sorted(dict.fromkeys(strategies), key=lambda s: (rank.get(strategy_family(s), 5), s))
+    """jit and jit-inprocess first, then periodic, periodic-async, auto, the peers, none
+    (stable within a family)."""
+    rank = {"jit": 0, "jit-inprocess": 1, "periodic": 2, "periodic-async": 3,
+            "periodic-auto": 4, "inmem": 5, "torchft": 6, "nvrx": 7, "nvrx-sections": 8,
+            "none": 9}
+    return sorted(dict.fromkeys(strategies), key=lambda s: (rank.get(strategy_family(s), 10), s))
 
 
 # ----------------------------------------------------------------- timeline
@@ -65,18 +76,19 @@ def timeline_data(run_dir: str | Path) -> dict:
     times in s since the run's first event).
 
     Returns ``{"ranks": {rank: [(t, step), ...]}, "faults": [t], "detect": [t],
-    "saves": [(t0, t1, kind)], "restarts": [(t0, t1)], "restores": [(t0, t1)],
-    "attempts": n}``: step ends per rank, every injected fault, each failure's
-    detection, every save, each failure's restart (last event of the failed
-    attempt -> the last rank of the next attempt initialised) and each
-    restarted attempt's restores (first begin -> last end).
+    "saves": [(t0, t1, kind)], "restarts": [(t0, t1)], "reforms": [(t0, t1)],
+    "transfers": [(t0, t1)], "restores": [(t0, t1)], "attempts": n}``: step ends per
+    rank, every injected fault, each failure's detection, every save, each failure's
+    restart (last event of the failed attempt -> the last rank of the next attempt
+    initialised) or, recovered in process, its re-forming of the process group and
+    state transfer, and each restarted attempt's restores (first begin -> last end).
     """
     from jitbench import phases
 
     t = phases.load(run_dir)
     if t.empty:
         return {"ranks": {}, "faults": [], "detect": [], "saves": [], "restarts": [],
-                "restores": [], "attempts": 0}
+                "reforms": [], "transfers": [], "restores": [], "attempts": 0}
     rows = t.to_dict("records")
     start = min(r["t0"] for r in rows if r["phase"] == "attempt")
 
@@ -90,23 +102,28 @@ def timeline_data(run_dir: str | Path) -> dict:
     for r in pick("rank", "step"):
         if has(r["t1"]):
             ranks[int(r["rank"])].append((r["t1"] - start, int(r["step"])))
-    restores: dict[int, list] = defaultdict(list)
+    restores: dict[tuple[int, int], list] = defaultdict(list)
     for r in pick("rank", "restore"):
-        if has(r["t0"]) and r["attempt"] > 0:  # restarts' restores (not a first start's)
-            restores[int(r["attempt"])].append(r)
+        if has(r["t0"]) and (r["attempt"] > 0 or r.get("gen", 0) > 0):  # not a first start's
+            restores[(int(r["attempt"]), int(r.get("gen") or 0))].append(r)
     return {"ranks": dict(ranks),
             "faults": [r["t0"] - start for r in pick("rank", "fault")],
             "detect": [r["t1"] - start for r in pick("failure", "detect")],
             "saves": [(r["t0"] - start, r["t1"] - start, r["kind"]) for r in pick("rank", "save")
                       if has(r["t0"])],
             "restarts": [(r["t0"] - start, r["t1"] - start) for r in pick("failure", "restart")],
+            "reforms": [(r["t0"] - start, r["t1"] - start) for r in pick("failure", "reform")
+                        if has(r["t0"]) and has(r["t1"])],
+            "transfers": [(r["t0"] - start, r["t1"] - start)
+                          for r in pick("failure", "transfer") if has(r["t0"]) and has(r["t1"])],
             "restores": [(min(r["t0"] for r in rs) - start, max(r["t1"] for r in rs) - start)
                          for _, rs in sorted(restores.items())],
             "attempts": len(pick("run", "attempt"))}
 
 
 MARK_COLORS = {"fault": "#d62828", "detect": "#f77f00", "save": "#1b9e77",
-               "restart": "#adb5bd", "restore": "#e9c46a", "checkpoint": "#4895ef"}
+               "restart": "#adb5bd", "reform": "#b5838d", "transfer": "#6d597a",
+               "restore": "#e9c46a", "checkpoint": "#4895ef"}
 
 
 def _draw_timeline(ax, data: dict, title: str) -> None:
@@ -119,6 +136,10 @@ def _draw_timeline(ax, data: dict, title: str) -> None:
                 color=RANK_COLORS[rank % len(RANK_COLORS)], label=f"rank {rank}")
     for t0, t1 in data["restarts"]:
         ax.axvspan(t0, t1, color=MARK_COLORS["restart"], alpha=0.3, lw=0)
+    for t0, t1 in data.get("reforms", []):
+        ax.axvspan(t0, t1, color=MARK_COLORS["reform"], alpha=0.35, lw=0)
+    for t0, t1 in data.get("transfers", []):
+        ax.axvspan(t0, max(t1, t0 + 0.05), color=MARK_COLORS["transfer"], alpha=0.6, lw=0)
     for t0, t1 in data["restores"]:
         ax.axvspan(t0, t1, color=MARK_COLORS["restore"], alpha=0.8, lw=0)
     for t0, t1, kind in data["saves"]:
@@ -146,6 +167,8 @@ def timeline_legend() -> list:
             Patch(color=MARK_COLORS["checkpoint"], alpha=0.35,
                   label="periodic / async checkpoint"),
             Patch(color=MARK_COLORS["restart"], alpha=0.3, label="restart"),
+            Patch(color=MARK_COLORS["reform"], alpha=0.35, label="re-form group"),
+            Patch(color=MARK_COLORS["transfer"], alpha=0.6, label="state transfer"),
             Patch(color=MARK_COLORS["restore"], alpha=0.8, label="restore")]
 
 
@@ -156,7 +179,7 @@ def timelines_figure(cells: list[tuple[str, str, Path]], ncols: int = 4,
     rows = list(dict.fromkeys(c[0] for c in cells))
     cols = list(dict.fromkeys(c[1] for c in cells))
     ncols = len(cols)
-    fig, axes = plt.subplots(len(rows), ncols, figsize=(3.3 * ncols, 2.6 * len(rows) + 0.9),
+    fig, axes = plt.subplots(len(rows), ncols, figsize=(max(3.3 * ncols, 9.0), 2.6 * len(rows) + 1.2),
                              squeeze=False, sharey=True)
     where = {(r, c): d for r, c, d in cells}
     for i, r in enumerate(rows):
@@ -171,10 +194,10 @@ def timelines_figure(cells: list[tuple[str, str, Path]], ncols: int = 4,
                 ax.spines[side].set_linewidth(2)
             if j:
                 ax.set_ylabel("")
-    fig.legend(handles=timeline_legend(), loc="lower center", ncol=8, bbox_to_anchor=(0.5, 0))
+    fig.legend(handles=timeline_legend(), loc="lower center", ncol=5, bbox_to_anchor=(0.5, 0))
     if suptitle:
         fig.suptitle(suptitle, fontweight="bold", x=0.01, ha="left")
-    fig.tight_layout(rect=(0, 0.06, 1, 0.97))
+    fig.tight_layout(rect=(0, 0.1, 1, 0.97))
     return fig
 
 
@@ -182,7 +205,8 @@ def timelines_figure(cells: list[tuple[str, str, Path]], ncols: int = 4,
 def phase_table(t):
     """Median of each recovery phase per (workload, fault, strategy) over repeats (s);
     ``other_s`` = ``recovery_s`` minus the named phases (gaps, the first new step).
-    ``save_s`` counts for ``jit`` only (the others saved before the fault)."""
+    ``save_s`` counts for ``jit`` only (the others saved before the fault, or, in
+    process, write their backstop after the recovery)."""
     import pandas as pd
 
     d = t.copy()
@@ -231,8 +255,8 @@ def recovery_phases_figure(t):
                 lab.set_color(strategy_color(lab.get_text()))
                 lab.set_fontweight("bold")
     handles = [Patch(color=PHASE_COLORS[ph], label=PHASE_LABELS[ph]) for ph in PHASES]
-    fig.legend(handles=handles, loc="lower center", ncol=len(PHASES), bbox_to_anchor=(0.5, 0))
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=4, bbox_to_anchor=(0.5, 0))
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
 
 

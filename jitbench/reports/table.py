@@ -139,7 +139,8 @@ RESULT_COLUMNS = [
     Column("fault", "fault", format="text"), Column("repeat", "rep"),
     Column("detect_s", "detect s", "s"), Column("stall_s", "stall s", "s"),
     Column("save_s", "save s", "s"),
-    Column("restart_s", "restart s", "s"), Column("restore_s", "restore s", "s"),
+    Column("restart_s", "restart s", "s"), Column("reform_s", "re-form s", "s"),
+    Column("transfer_s", "transfer s", "s"), Column("restore_s", "restore s", "s"),
     Column("replay_s", "replay s", "s"), Column("recovery_s", "recovery s", "s"),
     Column("replayed_steps", "replayed", "steps", ok="replay_ok"),
     Column("expected_replayed_steps", "expected", "steps"),
@@ -192,6 +193,9 @@ SUMMARY_ROWS = [
     Column("completed", "completed", "", "3")]
 """The headline metrics of one run (rows of :func:`summary_table`; ``fmt`` with 3
 decimals, booleans as true/false)."""
+IN_PROCESS_ROWS = [Column("reform_s", "reform_s", "s", "3"),
+                   Column("transfer_s", "transfer_s", "s", "3")]
+"""Shown after ``restart_s`` where a failure was recovered in process."""
 
 
 def summary_table(summary: dict) -> Table:
@@ -208,6 +212,10 @@ def summary_table(summary: dict) -> Table:
     t.add_column("value", justify="right")
     for c in SUMMARY_ROWS:
         t.add_row(c.header, cell(c, summary))
+        if c.name == "restart_s":  # recovered in process: its two phases in the restart's place
+            for extra in IN_PROCESS_ROWS:
+                if summary.get(extra.name) is not None:
+                    t.add_row(extra.header, cell(extra, summary))
     if summary.get("slow_windows"):  # a straggler: its steps against the others
         t.add_row("slow_window_step_s", fmt(summary.get("slow_window_step_s")))
         t.add_row("normal_step_s", fmt(summary.get("normal_step_s")))

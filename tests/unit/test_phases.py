@@ -75,3 +75,73 @@ def test_timeline_reads_the_phases(tmp_path):
     assert d["restarts"] == [(4.9 - 0.5, 9.0 - 0.5)] and d["restores"] == [(9.1 - 0.5,
                                                                              9.5 - 0.5)]
     assert sorted(s for _, s in d["ranks"][0]) == [1, 2, 3, 4, 5]
+
+
+def _inprocess_run(tmp_path):
+    """Rank 1 killed in step 4 of generation 0; rank 0 decides generation 1 at 4.6, the
+    spare joins as rank 1, the boundary of step 3 is broadcast 5.0 -> 5.2; every rank
+    adopts it and runs steps 4 and 5 in generation 1 of the same attempt."""
+    for rank in (0, 1):
+        g0 = [("init", "end", 0.5, {})]
+        for s in (1, 2, 3):
+            g0 += [("step", "begin", s, {"step": s}),
+                   ("step", "end", s + 0.5, {"step": s, "dur_s": 0.5})]
+        g0.append(("step", "begin", 4.0, {"step": 4}))
+        if rank == 1:
+            g0.append(("fault", "point", 4.2, {"kind": "kill", "step": 4}))
+        else:
+            g0 += [("failure", "point", 4.5, {"trigger": "collective_error"}),
+                   ("membership", "begin", 4.5, {}),
+                   ("membership", "end", 4.6, {"new_gen": 1, "source": 0, "fallback": None,
+                                                  "resume_step": 3})]
+        g1 = [("transfer", "begin", 5.0, {"gen": 1, "source": 0}),
+              ("transfer", "end", 5.2, {"gen": 1, "source": 0}),
+              ("restore", "begin", 5.21, {"gen": 1}),
+              ("restore", "end", 5.25, {"gen": 1, "step": 3, "kind": "peer"})]
+        for s in (4, 5):
+            g1 += [("step", "begin", s + 2.0, {"step": s, "gen": 1}),
+                   ("step", "end", s + 2.5, {"step": s, "dur_s": 0.5, "gen": 1})]
+        g1.append(("done", "point", 8.0, {"step": 5, "gen": 1}))
+        _events(tmp_path / "events", 0, rank, g0 + g1 if rank == 0 else g0)
+        if rank == 1:  # the spare that replaced rank 1 writes its own file
+            _events(tmp_path / "events_spare", 0, rank, g1)
+            (tmp_path / "events_spare" / "attempt000_rank00001.jsonl").rename(
+                tmp_path / "events" / "attempt000_rank00001_spare.jsonl")
+
+
+def test_inprocess_recovery_phases_reach_the_timeline_and_the_phase_bars(tmp_path):
+    from jitbench.reports.plots import PHASES, phase_table
+    from jitbench.reports.table import summary_table
+
+    _inprocess_run(tmp_path)
+    t = phases.derive(phases.read_events(tmp_path), 2)
+    f = {r["phase"]: r for r in t[t["scope"] == "failure"].to_dict("records")}
+    assert "restart" not in f
+    assert (f["reform"]["t0"], f["reform"]["t1"]) == (4.5, 5.0)
+    assert (f["transfer"]["t0"], f["transfer"]["t1"]) == (5.0, 5.2)
+    d = timeline_data(tmp_path)
+    assert d["restarts"] == [] and d["attempts"] == 1
+    assert d["reforms"] == [(4.5 - 0.5, 5.0 - 0.5)] and d["transfers"] == [(4.5, 4.7)]
+    assert d["restores"] == [(5.21 - 0.5, 5.25 - 0.5)]
+
+    m = compute(tmp_path, 5, 2)
+    (fm,) = m.failures
+    row = {"workload": "gpt", "fault": "kill", "strategy": "jit-inprocess",
+           "recovery_s": fm.recovery_s, **{k: getattr(fm, k, None) for k in PHASES[:-1]}}
+    import pandas as pd
+
+    p = phase_table(pd.DataFrame([row])).iloc[0]
+    assert p["reform_s"] == 0.5 and abs(p["transfer_s"] - 0.2) < 1e-9 and p["restart_s"] == 0
+    assert abs(p[list(PHASES)].sum() - fm.recovery_s) < 1e-9  # the bars add up to recovery
+
+    from rich.console import Console
+    con = Console(width=100, record=True)
+    con.print(summary_table({"workload": "gpt", "world_size": 2, "strategy": "jit-inprocess",
+                             "faults": [{"kind": "kill", "rank": 1, "step": 4}],
+                             "reform_s": fm.reform_s, "transfer_s": fm.transfer_s}))
+    text = con.export_text()
+    assert "reform_s" in text and "transfer_s" in text
+    con = Console(width=100, record=True)
+    con.print(summary_table({"workload": "gpt", "world_size": 2, "strategy": "jit",
+                             "faults": [], "restart_s": 2.0}))
+    assert "reform_s" not in con.export_text()  # a whole-job restart shows no such rows
