@@ -188,9 +188,11 @@ def milestones_ok(order: list[str], strategy: str, evs: list[dict]) -> bool:
     when the next attempt's first fault hits the very step after the restored
     one: that attempt fails before any step completes (seen in the stress
     campaigns: ``term@1:6`` restored at step 6, ``exit@1:7``)."""
-    if in_process(strategy):  # one recovery per generation a fault fired in
+    if in_process(strategy):  # one recovery per generation a fault fired in; a failed
+        # rank that lived to write its JIT part (exception, SIGTERM) adds its ``save``
         n = len({(e["attempt"], e.get("gen") or 0) for e in evs if e["event"] == "fault"})
-        return order == expected_order(strategy, n)
+        return [x for x in order if x != "save"] == expected_order(strategy, n) and all(
+            order[i - 1] == "failure" for i, x in enumerate(order) if x == "save")
     attempts = sorted({int(e.get("attempt", 0)) for e in evs if e["event"] == "fault"})
     first_fault = {}
     restored: dict[int, int] = {}
@@ -216,23 +218,25 @@ def milestones_ok(order: list[str], strategy: str, evs: list[dict]) -> bool:
 
 
 def _coincident_fault_violations(evs: list[dict]) -> list[str]:
-    """Faults that fired in one attempt are one failure of the job only when the
-    later ones hit other ranks at most one step after the first: a rank that
-    failed inside step k may already have sent its gradient of step k (the
+    """Faults that fired in one attempt (one generation, in process) are one failure of
+    the job only when the later ones hit other ranks at most one step after the first:
+    a rank that failed inside step k may already have sent its gradient of step k (the
     collective runs in the backend's thread), so its peers finish step k and
     meet a fault planned for step k + 1 before the agent stops them. Anything
     further apart means a fault did not fail the job."""
-    by_attempt: dict[int, list[dict]] = {}
+    by_unit: dict[tuple[int, int], list[dict]] = {}  # attempt, generation (in process)
     for e in evs:
         if e["event"] == "fault":
-            by_attempt.setdefault(int(e.get("attempt", 0)), []).append(e)
+            by_unit.setdefault((int(e.get("attempt", 0)), int(e.get("gen") or 0)),
+                               []).append(e)
     v = []
-    for attempt, fs in sorted(by_attempt.items()):
+    for (attempt, gen), fs in sorted(by_unit.items()):
         fs.sort(key=lambda e: e["t_mono"])
         first = fs[0]
+        where = f"attempt {attempt}" + (f" generation {gen}" if gen else "")
         for later in fs[1:]:
             if later["rank"] == first["rank"] or not 0 <= later["step"] - first["step"] <= 1:
-                v.append(f"faults: {later['fault_id']} fired in attempt {attempt} after "
+                v.append(f"faults: {later['fault_id']} fired in {where} after "
                          f"{first['fault_id']} without a failure between them")
     return v
 

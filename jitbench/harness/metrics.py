@@ -360,9 +360,11 @@ def stream_violations(run_dir: str | Path, reference_dir: str | Path, steps: int
     """Check the *raw* sample-id stream of a run against its fault-free reference.
 
     Per rank, the executed steps in time order must be the reference's steps
-    1..``steps`` with, at each restart, a rewind of at most ``max_replay``
-    steps (the replayed minibatches) and no skip, except over steps that a
-    peer completed before the restart (a peer finishing step s proves that
+    1..``steps`` with, at each restart (a new attempt, or a new generation of an
+    in-process recovery), a rewind of at most ``max_replay`` steps (the replayed
+    minibatches) and no skip, except over steps that a peer completed before the
+    restart (a survivor adopting a peer's newer boundary skips the steps that peer
+    completed; a peer finishing step s proves that
     every rank's gradient of step s arrived, so this rank consumed its
     minibatch even though it died before logging the step's end, e.g. a rank
     SIGTERMed inside the collective that saves while the peer steps on).
@@ -381,10 +383,13 @@ def stream_violations(run_dir: str | Path, reference_dir: str | Path, steps: int
         return ["reference recorded no steps"]
     if sorted(run) != sorted(ref):
         out.append(f"ranks {sorted(run)} recorded steps, reference ranks {sorted(ref)}")
-    done_by: dict[int, set[int]] = defaultdict(set)  # attempt -> steps any rank completed
+    def unit(e: dict) -> tuple[int, int]:  # what one restart replaces: attempt, generation
+        return e["attempt"], phases.gen_of(e)
+
+    done_by: dict[tuple[int, int], set[int]] = defaultdict(set)  # steps any rank completed
     for evs in run.values():
         for e in evs:
-            done_by[e["attempt"]].add(e["step"])
+            done_by[unit(e)].add(e["step"])
     for rank, evs in sorted(run.items()):
         done = 0  # highest step completed so far on this rank
         prev = None
@@ -398,17 +403,19 @@ def stream_violations(run_dir: str | Path, reference_dir: str | Path, steps: int
                 if key in want and e.get(key) != want[key]:
                     out.append(f"rank {rank} step {s} (attempt {e['attempt']}): {key} differs "
                                "from the reference")
-            new_attempt = prev is None or e["attempt"] != prev["attempt"]
-            if not new_attempt and s != prev["step"] + 1:
-                out.append(f"rank {rank}: step {s} follows step {prev['step']} in one attempt")
-            if new_attempt:  # this rank's first step, or its first after a restart
-                by_peers = set().union(*(done_by[a] for a in done_by if a < e["attempt"]))
+            new_unit = prev is None or unit(e) != unit(prev)
+            where = f"attempt {e['attempt']}" + (f" generation {unit(e)[1]}" if unit(e)[1]
+                                                 else "")
+            if not new_unit and s != prev["step"] + 1:
+                out.append(f"rank {rank}: step {s} follows step {prev['step']} in {where}")
+            if new_unit:  # this rank's first step, or its first after a restart
+                by_peers = set().union(*(done_by[u] for u in done_by if u < unit(e)))
                 skipped = set(range(done + 1, s))
                 if not skipped <= by_peers:
-                    out.append(f"rank {rank}: attempt {e['attempt']} starts at step {s}, "
+                    out.append(f"rank {rank}: {where} starts at step {s}, "
                                f"skipping {sorted(skipped - by_peers)} that no rank completed")
                 elif done - (s - 1) > max_replay:
-                    out.append(f"rank {rank}: attempt {e['attempt']} replays {done - (s - 1)} "
+                    out.append(f"rank {rank}: {where} replays {done - (s - 1)} "
                                f"steps (allowed {max_replay})")
                 done = max(done, s - 1)
             done = max(done, s)
@@ -492,8 +499,9 @@ def compare_states(path_a: str | Path, path_b: str | Path) -> tuple[bool, float]
 def event_order(run_dir: str | Path) -> list[str]:
     """Names of the recovery milestones in time order, one per failure, e.g.
     ``fault, failure, save, restart, restore, step`` for a whole-job restart and
-    ``fault, failure, reform, transfer, restore, step`` for an in-process one (for
-    tests and reports)."""
+    ``fault, failure, reform, transfer, restore, step`` for an in-process one, with
+    ``save`` after ``failure`` where the failed rank itself lived to write its JIT
+    part (an exception or SIGTERM in its own step; for tests and reports)."""
     evs = read_events(Path(run_dir) / "events")
     out: list[str] = []
     seen_attempt = 0
@@ -511,7 +519,7 @@ def event_order(run_dir: str | Path) -> list[str]:
         elif n == "init" and p == "end" and e["attempt"] > seen_attempt:
             seen_attempt = e["attempt"]
             out.append("restart")
-        elif n == "reform" and p == "end" and out and out[-1] == "failure":
+        elif n == "reform" and p == "end" and out and out[-1] in ("failure", "save"):
             out.append("reform")
         elif n == "transfer" and p == "end" and out and out[-1] == "reform":
             out.append("transfer")
