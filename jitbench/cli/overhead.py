@@ -48,7 +48,9 @@ def overhead(
 ) -> None:
     """Steady-state overhead of each strategy versus none.
 
-    Every strategy fault-free, interleaved in segments of one launch."""
+    Every strategy fault-free, interleaved in segments of one launch; strategies with
+    their own launcher (jit-inprocess, the peers) one launch per strategy and repeat,
+    in the same order, with the same A/A control."""
     from jitbench.harness.overhead import OverheadConfig, run_overhead
     from jitbench.harness.spec import RunSpec
     from jitbench.workloads import WorkloadConfig
@@ -63,9 +65,12 @@ def overhead(
     cfg.validate()
     if out_dir is None:
         out_dir = Path("overhead") / time.strftime("%Y%m%d-%H%M%S")
-    total = cfg.plan()[1]
-    with console.err().status(f"overhead: {workload} x{nproc}, {total} steps in "
-                              f"{len(cfg.strategies) * repeats} segments"):
+    if cfg.mode == "segments":
+        what = (f"{cfg.plan()[1]} steps in {len(cfg.order())} segments of one launch")
+    else:
+        what = (f"{len(cfg.order())} launches (strategies with their own launcher: one "
+                "launch each per repeat)")
+    with console.err().status(f"overhead: {workload} x{nproc}, {what}"):
         try:
             res = run_overhead(base, cfg, out_dir, overwrite=overwrite)
         except RuntimeError as exc:
@@ -82,8 +87,9 @@ def overhead_table(rows: list[dict], meta: dict) -> Table:
     """Terminal table of the overhead summary."""
     from rich.table import Table
 
+    unit = ("launches" if meta.get("mode") == "launches" else "segments")
     tab = Table(title=f"steady-state overhead: {meta['workload']} x{meta['world_size']}, "
-                      f"{meta['repeats']} repeats of {meta['segment_steps']}-step segments")
+                      f"{meta['repeats']} repeats of {meta['segment_steps']}-step {unit}")
     for c in ("strategy", "step s (median)", "overhead % (median)", "IQR %", "min..max %",
               "CPU-time % [min..max]", "runtime/step", "verdict"):
         tab.add_column(c, justify="left" if c in ("strategy", "verdict") else "right")

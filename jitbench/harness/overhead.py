@@ -50,6 +50,17 @@ ends in a collective):
   snapshot, the ``rt_s`` field of step-end events), in microseconds: the JIT
   hot path measured directly.
 
+Strategies with their own launcher (``jit-inprocess`` with its spares and
+membership store, the peers) cannot be a segment of a ``none`` launch: what
+they cost is partly outside the training processes (hot spares polling the
+store, the peers' lighthouse and heartbeats). When any is asked for, the
+measurement runs in **launch mode**: one fault-free launch per strategy and
+repeat, in the same ABBA order with the same A/A control (a second ``none``
+launch), each measured over ``segment_steps`` steps after ``warmup_steps``
+excluded ones, by the same formulas. Launches differ in more than the strategy
+(start-up, page cache, which cores the ranks land on), so the control's band is
+wider than in segment mode; the table says which mode measured it.
+
 Every segment of a periodic strategy holds the same number of checkpoints:
 the segment length must be a multiple of each interval, and the warm-up is
 stretched so checkpoints fall mid-segment (an async save's last write then
@@ -84,14 +95,16 @@ class OverheadConfig:
     """Fault-free steps under ``none`` before the first segment, excluded (at least this many)."""
     control: bool = True
     """Add an A/A control (a second ``none`` segment per repeat) that measures the noise."""
+    mode: str = "segments"
+    """``segments`` (one launch) or ``launches`` (one launch per strategy and repeat);
+    set by :meth:`validate`: launches when a strategy has its own launcher."""
 
     def validate(self) -> list[Strategy]:
         """Parse the strategies.
 
         Raises:
-            SpecError: unknown or ``auto`` strategy, a strategy with its own launcher
-                (the peers), duplicates, a segment length that is not a multiple of an
-                interval, or non-positive sizes.
+            SpecError: unknown or ``auto`` strategy, duplicates, a segment length that
+                is not a multiple of an interval, or non-positive sizes.
         """
         if self.segment_steps < 2 or self.repeats < 1 or self.warmup_steps < 0:
             raise SpecError("overhead needs --segment-steps >= 2, --repeats >= 1, "
@@ -105,17 +118,23 @@ class OverheadConfig:
             st = Strategy.parse(n)
             if st.auto:
                 raise SpecError("overhead takes fixed intervals (periodic:N), not periodic:auto")
-            if st.entry.launcher != "agent":
-                raise SpecError(f"overhead switches the runtime's strategy inside one launch; "
-                                f"{st.name} runs under its own launcher ({st.entry.launcher}), "
-                                "so it cannot be a segment: compare fault-free runs instead")
             if st.interval and self.segment_steps % st.interval:
                 raise SpecError(f"--segment-steps {self.segment_steps} is not a multiple of "
                                 f"the interval of {n}: segments would hold different numbers "
                                 "of checkpoints")
             out.append(st)
         self.strategies = [str(s) for s in out]
+        self.mode = ("launches" if any(st.entry.launcher != "agent" for st in out)
+                     else "segments")
         return out
+
+    def order(self) -> list[tuple[str, int]]:
+        """``[(strategy or CONTROL, repeat), ...]`` in measurement order: the
+        strategies, then the control, reversed every other repeat (ABCD DCBA ...)."""
+        self.validate()
+        labels = self.strategies + ([CONTROL] if self.control else [])
+        return [(s, r) for r in range(self.repeats)
+                for s in (labels if r % 2 == 0 else labels[::-1])]
 
     def plan(self) -> tuple[list[list], int]:
         """``([[first_step, strategy, repeat], ...], total_steps)``; repeat -1 is the warm-up."""
@@ -127,12 +146,9 @@ class OverheadConfig:
                 warm += 1
         segs: list[list] = [[1, "none", -1]]
         step = warm + 1
-        for r in range(self.repeats):
-            labels = self.strategies + ([CONTROL] if self.control else [])
-            order = labels if r % 2 == 0 else labels[::-1]
-            for s in order:
-                segs.append([step, s, r])
-                step += self.segment_steps
+        for s, r in self.order():
+            segs.append([step, s, r])
+            step += self.segment_steps
         return segs, step  # one extra step after the last segment closes it
 
 
@@ -147,37 +163,67 @@ def overhead_spec(base: RunSpec, cfg: OverheadConfig) -> RunSpec:
     return d
 
 
+class _Rank0Steps:
+    """Rank 0's step-begin times and CPU times and step-end ``rt_s`` of one launch."""
+
+    def __init__(self, run_dir: Path) -> None:
+        evs = read_events(Path(run_dir) / "events")
+        if any(e["attempt"] > 0 or (e.get("gen") or 0) > 0 for e in evs):
+            raise ValueError(f"{run_dir}: the overhead run restarted; its step times are "
+                             "not steady")
+        self.run_dir = run_dir
+        mine = [e for e in evs if e["event"] == "step" and e["rank"] == 0]
+        self.begin = {e["step"]: e["t_mono"] for e in mine if e["phase"] == "begin"}
+        self.cpu = {e["step"]: e.get("cpu_s") for e in mine if e["phase"] == "begin"}
+        self.rt = {e["step"]: e.get("rt_s") for e in mine if e["phase"] == "end"}
+
+    def row(self, strategy: str, rep: int, first: int, nxt: int) -> dict:
+        """Steps ``first .. nxt - 1``: mean step time from step begin to step begin (s),
+        CPU time per step (s), median runtime hot path (µs)."""
+        if first not in self.begin or nxt not in self.begin:
+            raise ValueError(f"{self.run_dir}: segment at step {first} is incomplete")
+        n = nxt - first
+        rts = [self.rt[s] for s in range(first, nxt) if self.rt.get(s) is not None]
+        cpu_step = (None if self.cpu.get(nxt) is None or self.cpu.get(first) is None
+                    else (self.cpu[nxt] - self.cpu[first]) / n)
+        return {"strategy": strategy, "repeat": rep, "first_step": first, "steps": n,
+                "step_s": (self.begin[nxt] - self.begin[first]) / n, "cpu_step_s": cpu_step,
+                "rt_us": statistics.median(rts) * 1e6 if rts else None}
+
+
 def segment_times(run_dir: Path, spec: RunSpec) -> list[dict]:
     """Per segment: strategy, repeat, steps, mean step time (s) and median ``rt_s``.
 
     Raises:
         ValueError: the run restarted or lacks a segment's events.
     """
-    evs = read_events(Path(run_dir) / "events")
-    if any(e["attempt"] > 0 for e in evs):
-        raise ValueError(f"{run_dir}: the overhead run restarted; its step times are not steady")
-    begin = {e["step"]: e["t_mono"] for e in evs
-             if e["event"] == "step" and e["phase"] == "begin" and e["rank"] == 0}
-    cpu = {e["step"]: e.get("cpu_s") for e in evs
-           if e["event"] == "step" and e["phase"] == "begin" and e["rank"] == 0}
-    rt = {e["step"]: e.get("rt_s") for e in evs
-          if e["event"] == "step" and e["phase"] == "end" and e["rank"] == 0}
+    steps = _Rank0Steps(run_dir)
     segs = spec.segments
-    rows = []
-    for i, (first, strategy, rep) in enumerate(segs):
-        if rep < 0:
-            continue
-        nxt = segs[i + 1][0] if i + 1 < len(segs) else spec.steps
-        if first not in begin or nxt not in begin:
-            raise ValueError(f"{run_dir}: segment at step {first} is incomplete")
-        n = nxt - first
-        rts = [rt[s] for s in range(first, nxt) if rt.get(s) is not None]
-        cpu_step = (None if cpu.get(nxt) is None or cpu.get(first) is None
-                    else (cpu[nxt] - cpu[first]) / n)
-        rows.append({"strategy": strategy, "repeat": rep, "first_step": first, "steps": n,
-                     "step_s": (begin[nxt] - begin[first]) / n, "cpu_step_s": cpu_step,
-                     "rt_us": statistics.median(rts) * 1e6 if rts else None})
-    return rows
+    return [steps.row(strategy, rep, first, segs[i + 1][0] if i + 1 < len(segs)
+                      else spec.steps)
+            for i, (first, strategy, rep) in enumerate(segs) if rep >= 0]
+
+
+def launch_spec(base: RunSpec, cfg: OverheadConfig, strategy: str) -> RunSpec:
+    """The fault-free spec of one launch-mode measurement: ``strategy`` (``none`` for the
+    control) for ``warmup_steps`` + ``segment_steps`` + 1 steps."""
+    d = RunSpec.from_dict(__import__("dataclasses").asdict(base))
+    d.faults, d.segments = [], []
+    d.strategy = "none" if strategy == CONTROL else strategy
+    d.workload.steps = max(1, cfg.warmup_steps) + cfg.segment_steps + 1
+    d.save_final_state = False
+    d.validate()
+    return d
+
+
+def launch_times(run_dir: Path, cfg: OverheadConfig, strategy: str, rep: int) -> dict:
+    """The measured steps of one launch-mode launch (:class:`_Rank0Steps.row`).
+
+    Raises:
+        ValueError: the launch restarted or lacks the measured steps' events.
+    """
+    first = max(1, cfg.warmup_steps) + 1
+    return _Rank0Steps(run_dir).row(strategy, rep, first, first + cfg.segment_steps)
 
 
 def _q(xs: list[float], q: float) -> float:
@@ -245,11 +291,12 @@ class OverheadResult:
 
 def run_overhead(base: RunSpec, cfg: OverheadConfig, out_dir: Path, overwrite: bool = False,
                  progress=None, timeout_s: float | None = None) -> OverheadResult:
-    """Run one fault-free launch of interleaved segments and write the results.
+    """Run one fault-free launch of interleaved segments (or, in launch mode, one
+    launch per strategy and repeat) and write the results.
 
     Writes ``out_dir/overhead.csv`` (one row per strategy), ``overhead_segments.csv``
-    (one row per segment), ``overhead.json`` (both plus provenance) and the run's
-    own directory ``out_dir/run/``.
+    (one row per segment or launch), ``overhead.json`` (both plus provenance) and the
+    runs' own directories (``out_dir/run/``; launch mode: ``out_dir/runs/NN-STRATEGY-rR``).
 
     Raises:
         SpecError: invalid plan or spec, or a non-empty ``out_dir`` without ``overwrite``.
@@ -261,22 +308,38 @@ def run_overhead(base: RunSpec, cfg: OverheadConfig, out_dir: Path, overwrite: b
 
     from jitbench.harness.run import code_version, execute, machine_fingerprint, prepare_dir
 
-    spec = overhead_spec(base, cfg)
+    cfg.validate()
     prepare_dir(out_dir, overwrite, flag="--out")
-    run_dir = out_dir / "run"
-    res = execute(spec, run_dir, progress, timeout_s)
-    if res.returncode != 0 or res.interrupted:
-        raise RuntimeError(f"the overhead run did not complete (agent exit {res.returncode}); "
-                           f"see {run_dir / 'agent.log'}")
-    segs = segment_times(run_dir, spec)
+    if cfg.mode == "segments":
+        spec = overhead_spec(base, cfg)
+        run_dir = out_dir / "run"
+        res = execute(spec, run_dir, progress, timeout_s)
+        if res.returncode != 0 or res.interrupted:
+            raise RuntimeError(f"the overhead run did not complete (agent exit "
+                               f"{res.returncode}); see {run_dir / 'agent.log'}")
+        segs = segment_times(run_dir, spec)
+        wall_s = res.wall_s
+    else:
+        segs, wall_s, run_dir = [], 0.0, out_dir / "runs"
+        for i, (strategy, rep) in enumerate(cfg.order()):
+            spec = launch_spec(base, cfg, strategy)
+            d = run_dir / f"{i:02d}-{strategy.replace(':', '_')}-r{rep}"
+            res = execute(spec, d, progress, timeout_s)
+            wall_s += res.wall_s
+            if res.returncode != 0 or res.interrupted:
+                raise RuntimeError(f"the overhead launch of {strategy} (repeat {rep}) did not "
+                                   f"complete (agent exit {res.returncode}); see {d}")
+            segs.append(launch_times(d, cfg, strategy, rep))
+        spec = launch_spec(base, cfg, "none")
     summ = summarize(segs, cfg.strategies)
     meta = {"overhead_version": OVERHEAD_VERSION, "workload": spec.workload.name,
             "size": spec.workload.size, "world_size": spec.world_size,
-            "segment_steps": cfg.segment_steps, "repeats": cfg.repeats,
-            "strategies": cfg.strategies, "wall_s": res.wall_s, "code_version": code_version(),
+            "segment_steps": cfg.segment_steps, "repeats": cfg.repeats, "mode": cfg.mode,
+            "strategies": cfg.strategies, "wall_s": wall_s, "code_version": code_version(),
             "machine": machine_fingerprint(), "spec": json.loads(spec.to_json())}
     for r in summ:
-        r.update({k: meta[k] for k in ("workload", "size", "world_size", "segment_steps")})
+        r.update({k: meta[k] for k in ("workload", "size", "world_size", "segment_steps",
+                                       "mode")})
     pd.DataFrame(summ).to_csv(out_dir / "overhead.csv", index=False)
     pd.DataFrame(segs).to_csv(out_dir / "overhead_segments.csv", index=False)
     (out_dir / "overhead.json").write_text(json.dumps({**meta, "summary": summ,

@@ -32,6 +32,7 @@ import contextlib
 import os
 import random
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -269,7 +270,8 @@ def main_inprocess(run_dir: Path, spec: RunSpec) -> int:
     if spare:
         got = group.wait_as_spare(prefer_rank=slot if slot < world else None)
         if got is None:  # the job finished without needing this spare
-            events.emit("exit", code=0, durable=True)
+            # what waiting cost (CPU s, every thread): a spare shares the host with ranks
+            events.emit("exit", code=0, cpu_s=time.process_time(), durable=True)
             events.close()
             return 0
         rank = got.rank

@@ -163,3 +163,21 @@ def test_overhead_prints_medians_ratios_and_spreads(tmp_path):
     assert len(segs) == 10 and (segs["steps"] == 4).all()
     jit = s[s.strategy == "jit"].iloc[0]
     assert jit["rt_us"] > s[s.strategy == "none"].iloc[0]["rt_us"]  # the snapshot is the cost
+
+
+@pytest.mark.timeout(600)
+def test_overhead_of_jit_inprocess_runs_one_launch_per_strategy_and_repeat(tmp_path):
+    p = _cli("overhead", "--size", "tiny", "--batch-size", "2", "--strategies",
+             "jit-inprocess", "--segment-steps", "4", "--repeats", "1",
+             "--warmup-steps", "2", "--out", str(tmp_path / "oh"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "4-step launches" in p.stdout and "A/A control" in p.stdout
+    s = pd.read_csv(tmp_path / "oh" / "overhead.csv")
+    assert list(s["strategy"]) == ["none", "jit-inprocess", "none-aa"]
+    assert (s["mode"] == "launches").all() and s["cpu_overhead_pct"].notna().all()
+    runs = sorted(d.name for d in (tmp_path / "oh" / "runs").iterdir())
+    assert runs == ["00-none-r0", "01-jit-inprocess-r0", "02-none-aa-r0"]
+    spec = json.loads((tmp_path / "oh" / "runs" / runs[1] / "spec.json").read_text())
+    assert spec["strategy"] == "jit-inprocess" and spec["faults"] == []
+    ip = s[s.strategy == "jit-inprocess"].iloc[0]
+    assert ip["rt_us"] > s[s.strategy == "none"].iloc[0]["rt_us"]  # it snapshots each step

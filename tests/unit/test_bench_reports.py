@@ -33,6 +33,26 @@ def test_overhead_plan_interleaves_abba_and_centres_checkpoints():
             OverheadConfig(**bad).validate()
 
 
+def test_overhead_of_a_strategy_with_its_own_launcher_is_measured_in_launches():
+    seg = OverheadConfig(strategies=["jit"], repeats=2)
+    seg.validate()
+    assert seg.mode == "segments"
+    cfg = OverheadConfig(strategies=["jit", "jit-inprocess"], repeats=2, segment_steps=6,
+                         warmup_steps=3)
+    cfg.validate()
+    assert cfg.mode == "launches"  # spares and the membership store live outside a segment
+    assert cfg.order() == [("none", 0), ("jit", 0), ("jit-inprocess", 0), ("none-aa", 0),
+                           ("none-aa", 1), ("jit-inprocess", 1), ("jit", 1), ("none", 1)]
+    from jitbench.harness.overhead import launch_spec
+    from jitbench.harness.spec import RunSpec
+    from jitbench.workloads import WorkloadConfig
+
+    base = RunSpec(workload=WorkloadConfig(name="gpt", size="tiny"))
+    sp = launch_spec(base, cfg, "none-aa")
+    assert sp.strategy == "none" and sp.steps == 3 + 6 + 1 and not sp.faults
+    assert launch_spec(base, cfg, "jit-inprocess").strategy == "jit-inprocess"
+
+
 def test_overhead_statistics_pair_each_repeat_with_its_none_segment():
     rows = []
     for r, drift in enumerate((1.0, 1.2, 0.9, 1.1, 1.0)):  # the machine drifts between repeats
