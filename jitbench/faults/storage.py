@@ -108,7 +108,8 @@ def _needs_checkpoints(cls: type[Fault], run: Any, spec: FaultSpec | None = None
     """Why this storage fault could never fire in ``run`` (None: it can).
 
     ``none`` writes no checkpoints; under the periodic strategies rank 0 alone
-    writes, so a write fault must target it. ``jit`` writes one only when a peer fails,
+    writes, so a write fault must target it. ``jit`` (and ``jit-inprocess``, whose
+    backstop follows a recovery) writes one only when a peer fails,
     so a write fault needs another failing fault at or after its step, and
     ``corrupt`` (which damages the newest committed checkpoint) one before its
     step; a time-triggered failing fault is given the benefit of the doubt.
@@ -137,9 +138,9 @@ def _needs_checkpoints(cls: type[Fault], run: Any, spec: FaultSpec | None = None
         if f.time_s is not None or (f.step < spec.step if before else f.step >= spec.step):
             return None
     where = "before" if before else "at or after"
-    return (f"{cls.name}: under jit a checkpoint is written only when a peer fails, and no "
-            f"failing fault comes {where} step {spec.step}; add one (--scenario) or use "
-            f"periodic:N")
+    return (f"{cls.name}: under {run.strategy} a checkpoint is written only when a peer "
+            f"fails, and no failing fault comes {where} step {spec.step}; add one "
+            f"(--scenario) or use periodic:N")
 
 
 class FillFilesystem(Fault):

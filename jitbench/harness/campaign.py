@@ -188,11 +188,8 @@ def milestones_ok(order: list[str], strategy: str, evs: list[dict]) -> bool:
     when the next attempt's first fault hits the very step after the restored
     one: that attempt fails before any step completes (seen in the stress
     campaigns: ``term@1:6`` restored at step 6, ``exit@1:7``)."""
-    if in_process(strategy):  # one recovery per generation a fault fired in; a failed
-        # rank that lived to write its JIT part (exception, SIGTERM) adds its ``save``
-        n = len({(e["attempt"], e.get("gen") or 0) for e in evs if e["event"] == "fault"})
-        return [x for x in order if x != "save"] == expected_order(strategy, n) and all(
-            order[i - 1] == "failure" for i, x in enumerate(order) if x == "save")
+    if in_process(strategy):
+        return _in_process_milestones_ok(order, evs)
     attempts = sorted({int(e.get("attempt", 0)) for e in evs if e["event"] == "fault"})
     first_fault = {}
     restored: dict[int, int] = {}
@@ -215,6 +212,27 @@ def milestones_ok(order: list[str], strategy: str, evs: list[dict]) -> bool:
         elif not optional:
             return False
     return pos == len(order)
+
+
+def _in_process_milestones_ok(order: list[str], evs: list[dict]) -> bool:
+    """One recovery per generation a fault fired in: ``fault, failure, [save,]`` then
+    ``reform, transfer, restore, step`` in process, or, where no replica survived
+    (the decision fell back), ``restart, restore[, step]`` from the JIT checkpoint. The
+    ``save`` is a failed rank's own JIT part (an exception or SIGTERM in its step)."""
+    want = len({(e["attempt"], e.get("gen") or 0) for e in evs if e["event"] == "fault"})
+    pos = n = 0
+    while pos < len(order):
+        if order[pos:pos + 2] != ["fault", "failure"]:
+            return False
+        pos += 2 + (order[pos + 2:pos + 3] == ["save"])
+        if order[pos:pos + 4] == ["reform", "transfer", "restore", "step"]:
+            pos += 4
+        elif order[pos:pos + 2] == ["restart", "restore"]:
+            pos += 2 + (order[pos + 2:pos + 3] == ["step"])
+        else:
+            return False
+        n += 1
+    return n == want
 
 
 def _coincident_fault_violations(evs: list[dict]) -> list[str]:
@@ -262,7 +280,8 @@ def check(summary: dict, spec: RunSpec, run_dir: str | Path, reference_dir: str 
         if f.get("replayed_steps") is None or f["replayed_steps"] > allowed:
             v.append(f"replay: failure at step {f['fault_step']} replayed "
                      f"{f.get('replayed_steps')} steps (allowed {allowed})")
-        want = "peer" if in_process(spec.strategy) else "jit"
+        # in process: from a replica, unless no replica survived (the JIT backstop)
+        want = "peer" if in_process(spec.strategy) and f.get("in_process") else "jit"
         if Strategy.parse(spec.strategy).name.startswith("jit") and \
                 f.get("restored_kind") != want:
             v.append(f"replay: failure at step {f['fault_step']} restored "
@@ -276,7 +295,8 @@ def check(summary: dict, spec: RunSpec, run_dir: str | Path, reference_dir: str 
     if summary.get("completed"):
         failed = len({(e.get("attempt"), e.get("gen") or 0) for e in evs
                       if e["event"] == "fault"})
-        attempts = 1 if in_process(spec.strategy) else failed + 1
+        fallbacks = sum(1 for f in summary.get("failures", []) if not f.get("in_process"))
+        attempts = 1 + fallbacks if in_process(spec.strategy) else failed + 1
         if summary.get("num_failures") != failed or summary.get("attempts") != attempts:
             v.append(f"faults: {summary.get('num_failures')} failures in "
                      f"{summary.get('attempts')} attempts for {len(planned)} faults "

@@ -92,6 +92,9 @@ class FailureMetrics:
     transfer_s: float | None = None
     in_process: bool = False
     """Recovered without restarting the survivors (a new generation, same attempt)."""
+    fallback: str | None = None
+    """Why an in-process recovery fell back to the checkpoints and a whole-job restart
+    (the membership decision's reason, one line); None otherwise."""
     lost_partial_s: float | None = None
     wasted_gpu_s: float | None = None
     skipped_parts: list = field(default_factory=list)
@@ -205,6 +208,11 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
             cur, nxt, in_process = phases.episode_events(evs, fault_ev, phases.clock(evs))
         fm = FailureMetrics(f0["kind"], _int(f0["rank"]), _int(f0["step"]), a)
         fm.in_process = in_process
+        if not in_process:  # a survivor's decision, or the claimants' record of it
+            why = [e["fallback"] for e in cur if e["event"] == "membership"
+                   and e["phase"] == "end" and e.get("fallback")]
+            why += [e["reason"] for e in nxt if e["event"] == "fallback" and e.get("reason")]
+            fm.fallback = why[0] if why else None
         fm.fault_ranks = sorted({e["rank"] for e in failing if e["attempt"] == a
                                  and phases.gen_of(e) == g})
         for name in ("stall", "reform", "transfer"):
@@ -516,7 +524,8 @@ def event_order(run_dir: str | Path) -> list[str]:
             out.append("failure")
         elif n == "save" and p == "end" and e.get("kind") == "jit" and out and out[-1] == "failure":
             out.append("save")
-        elif n == "init" and p == "end" and e["attempt"] > seen_attempt:
+        elif (n == "fallback" or (n == "init" and p == "end")) and e["attempt"] > seen_attempt:
+            # a new attempt's processes initialised, or (in process) spares claimed it
             seen_attempt = e["attempt"]
             out.append("restart")
         elif n == "reform" and p == "end" and out and out[-1] in ("failure", "save"):

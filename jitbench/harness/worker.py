@@ -268,10 +268,20 @@ def main_inprocess(run_dir: Path, spec: RunSpec) -> int:
     rt.strategy.bind(rt, group, new_generation, release)
     rt.add_check(group.check)
     if spare:
-        got = group.wait_as_spare(prefer_rank=slot if slot < world else None)
+        cpu0, t0 = time.process_time(), time.monotonic()
+        def rescued(dec) -> None:  # no member left to decide: this spare decided
+            events.emit("membership", "end", new_gen=dec.gen, dead=dec.dead, hung=dec.hung,
+                        source=dec.source, resume_step=dec.resume_step,
+                        fallback=dec.fallback, decided_s=dec.decided_s, rescued=True,
+                        durable=True)
+
+        got = group.wait_as_spare(prefer_rank=slot if slot < world else None,
+                                  on_rescue=rescued)
         if got is None:  # the job finished without needing this spare
             # what waiting cost (CPU s, every thread): a spare shares the host with ranks
-            events.emit("exit", code=0, cpu_s=time.process_time(), durable=True)
+            events.emit("exit", code=0, cpu_s=time.process_time(),
+                        wait_cpu_s=time.process_time() - cpu0, wait_s=time.monotonic() - t0,
+                        durable=True)
             events.close()
             return 0
         rank = got.rank
@@ -281,6 +291,10 @@ def main_inprocess(run_dir: Path, spec: RunSpec) -> int:
                     spare_id=group.spare_id, ppid=os.getppid(), durable=True)
         rt.rank = rank
         job.wl.set_rank(rank)
+        if got.fresh:  # the generation restarts from the checkpoints: say why
+            dec = group.members.wait_decision(got.gen - 1, 60.0)
+            events.emit("fallback", "point", reason=dec.fallback, from_gen=got.gen - 1,
+                        dead=dec.dead, hung=dec.hung, durable=True)
     else:
         group.join_initial(rank)
     job.attach_faults(rank, group.gen, world,

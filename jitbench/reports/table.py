@@ -221,6 +221,9 @@ def summary_table(summary: dict) -> Table:
         t.add_row("normal_step_s", fmt(summary.get("normal_step_s")))
     if summary.get("restore_skipped"):  # restore fell back past invalid parts
         t.add_row("restore_skipped", ", ".join(p for p, _ in summary["restore_skipped"]))
+    for f in summary.get("failures") or []:  # in-process recovery impossible: why
+        if f.get("fallback"):
+            t.add_row(f"fallback (step {f.get('fault_step')})", str(f["fallback"]))
     if summary.get("end_reason") not in (None, "completed"):
         t.add_row("end_reason", str(summary["end_reason"]))
     return t

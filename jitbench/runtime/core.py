@@ -152,6 +152,7 @@ class Runtime:
         self._holds_state_lock = False
         self._fail_lock = threading.Lock()
         self._failing = False
+        self._leaving = threading.Event()  # a failure that ends this process is handled
         self._save_done = threading.Event()
         self._exit_code: int | None = None  # set by the thread that ends the process
         self._phase = "init"  # no failure save before restore() has finished (nothing to lose yet)
@@ -165,8 +166,9 @@ class Runtime:
         self._phase_since = time.monotonic()
         self._pending_rng: dict | None = None
         self._notices: Any = None
+        # SIGTERM always ends this process: from the moment it arrives, no new step starts
         self.watchdog = Watchdog(config, events, lambda: (self._phase, self._phase_since),
-                                 self.fail)
+                                 self.fail, on_term=self._leaving.set)
 
     # ------------------------------------------------------------------ setup
     @property
@@ -283,6 +285,10 @@ class Runtime:
         self._end(step, info)
 
     def _begin(self, step: int) -> None:
+        if self._leaving.is_set():
+            # another thread (the watchdog: SIGTERM, a fatal Xid, a notice) is saving and
+            # ending this process: start nothing that peers would wait in or run ahead on
+            self._save_done.wait(self.config.save_lock_timeout_s + 60)
         if self._pending_rng is not None:  # deferred from restore(): nothing can shift it now
             restore_rng(self._pending_rng)
             self._pending_rng = None
@@ -616,6 +622,8 @@ class Runtime:
                         # recovery that has since happened (a hang of the failed step)
                         return None
                     self._failing = True
+                    if self.strategy.leaves_on(trigger):
+                        self._leaving.set()
                     break
             if self._save_done.is_set() or time.monotonic() > deadline:
                 self._save_done.wait(max(0.0, deadline - time.monotonic()))
@@ -647,6 +655,7 @@ class Runtime:
                 with self._fail_lock:
                     self._recoveries += 1
                     self._failing = False
+                    self._leaving.clear()
             else:
                 self._save_done.set()
                 self._end_process(code)

@@ -99,13 +99,17 @@ class Watchdog:
         progress: returns ``(phase, since)``: the runtime's phase and when it
             began (``time.monotonic()``, s).
         fail: the runtime's failure path, ``fail(trigger, save=True, **info)``.
+        on_term: called on the main thread by the SIGTERM handler, before the
+            watchdog thread declares the failure (the runtime stops starting steps).
     """
 
     def __init__(self, config: RuntimeConfig, events: EventLog,
                  progress: Callable[[], tuple[str, float]],
-                 fail: Callable[..., None]) -> None:
+                 fail: Callable[..., None],
+                 on_term: Callable[[], None] = lambda: None) -> None:
         self.config = config
         self.events = events
+        self._on_term = on_term
         self.hang = HangBound(config)
         self._progress = progress
         self._fail = fail
@@ -153,7 +157,9 @@ class Watchdog:
         self._wake_w = w
         try:
             prev_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-            prev_term = signal.signal(signal.SIGTERM, lambda *_: None)
+            # the handler runs on the main thread at once; the watchdog thread, woken
+            # through the fd, declares the failure
+            prev_term = signal.signal(signal.SIGTERM, lambda *_: self._on_term())
             self._prev_signals = (prev_fd, prev_term)
         except ValueError:  # not the main thread: signals stay as they are
             pass

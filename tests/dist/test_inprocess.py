@@ -107,3 +107,22 @@ def test_second_failure_during_the_transfer(tmp_path, shared_reference):
     gens = {e.get("gen") for e in evs if e["event"] == "step" and e["phase"] == "end"}
     assert max(gens) == 2, gens  # generation 1 never trained: its newcomer died first
     assert s["attempts"] == 1 and not run_processes(run_dir)
+
+
+def test_every_replica_lost_falls_back_to_the_jit_checkpoint(tmp_path, shared_reference):
+    """Rank 1 fails in its own step 3 (an exception: it writes its JIT part of step 2 and
+    leaves) while rank 0 is killed in the same step: no member is left to decide. The
+    hot spare notices that every member is gone, decides in their place, and the job
+    restarts from the JIT checkpoint (field-seen in seed-7 stress campaigns, where the
+    restarted processes waited in the spare pool until the time bound)."""
+    s, run_dir = _run(tmp_path, shared_reference,
+                      [FaultSpec("exception", 1, 3), FaultSpec("kill", 0, 3)], spares=1)
+    assert s["state_equal"] is True and s["max_abs_diff"] == 0.0
+    assert s["num_failures"] == 1 and s["attempts"] == 2
+    (f,) = s["failures"]
+    assert f["in_process"] is False and f["restored_kind"] == "jit", f
+    assert f["replayed_steps"] <= 1 and s["replay_ok"] is True
+    assert "every member of generation 0 is gone" in f["fallback"]  # said, in the summary
+    assert not run_processes(run_dir)
+    assert metrics.event_order(run_dir) == ["fault", "failure", "save", "restart", "restore",
+                                            "step"]

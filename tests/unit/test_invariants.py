@@ -194,6 +194,10 @@ IN = ["fault", "failure", "reform", "transfer", "restore", "step"]
     (IN[:2] + ["save", "save"] + IN[2:] + IN, False),
     (["save"] + IN + IN, False),
     (IN + IN[:-1], False),  # the last recovery needs its step
+    # no replica survived the second failure: the JIT backstop and a whole-job restart
+    (IN + ["fault", "failure", "save", "restart", "restore", "step"], True),
+    (IN + ["fault", "failure", "restart", "restore"], True),
+    (IN + ["fault", "failure", "restart", "transfer", "restore", "step"], False),
 ])
 def test_milestones_in_process(order, ok):
     evs = [{"event": "fault", "attempt": 0, "gen": g, "step": s} for g, s in ((0, 2), (1, 5))]

@@ -132,3 +132,28 @@ def test_a_hung_leader_hands_the_lead_to_a_survivor(store):
     assert dec.fallback is None and dec.source == 0 and dec.members[1]["spare"] == 0
     # a rank evicted while the leader still waits for a spare learns it at once
     assert m.wait_decision(0, timeout_s=1, rank=1).hung == [1]
+
+
+def test_a_generation_whose_members_are_all_gone_is_rescued_by_a_spare(store):
+    """Field-seen (stress, seed 7): term@rank0 left generation 1 (it saved its JIT part)
+    and kill@rank1 hit the other member before a replacement joined: nobody was left to
+    decide, and the restarted processes waited in the spare pool until the time bound."""
+    m = Membership(store, world_size=2, report_window_s=30.0, spare_wait_s=1.0)
+    host = socket.gethostname()
+    for r in (0, 1):
+        store.set(f"g0/member/{r}", f'{{"pid": {_dead_pid()}, "host": "{host}"}}')
+    store.add("gen", 1)  # generation 1 was formed; one member has not joined yet
+    store.set("g1/member/0", f'{{"pid": {_dead_pid()}, "host": "{host}"}}')
+    assert m.orphaned() is None  # rank 1 may still be joining: not ours to decide
+    store.set("g1/member/1", f'{{"pid": {os.getpid()}, "host": "{host}"}}')
+    assert m.orphaned() is None and m.rescue() is None  # a member alive: it decides
+    store.set("g1/member/1", f'{{"pid": {_dead_pid()}, "host": "{host}"}}')
+    assert m.orphaned() == 1
+    sids = [m.register_spare(), m.register_spare()]
+    dec = m.rescue()
+    assert dec is not None and dec.gen == 2 and dec.dead == [0, 1] and dec.source is None
+    assert "every member of generation 1 is gone" in dec.fallback
+    assert m.rescue() is None and m.orphaned() is None  # decided once
+    claims = [m.wait_assignment(sid, timeout_s=2) for sid in sids]
+    assert sorted(c.rank for c in claims) == [0, 1]
+    assert all(c.fresh and c.gen == 2 and c.attempt == 1 for c in claims)

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from jitbench.runtime.inprocess.membership import Assignment, Membership, Report
+from jitbench.runtime.inprocess.membership import Assignment, Decision, Membership, Report
 
 __all__ = ["InProcessGroup", "SHUTDOWN_KEY", "DONE_KEY"]
 
@@ -80,9 +80,14 @@ class InProcessGroup:
         self.gen, self.rank = 0, rank
         self.members.join(0, rank)
 
-    def wait_as_spare(self, prefer_rank: int | None = None,
-                      poll_s: float = 0.02) -> Assignment | None:
-        """Enter the spare pool and block until assigned; None when the job is over."""
+    def wait_as_spare(self, prefer_rank: int | None = None, poll_s: float = 0.02,
+                      on_rescue: Callable[[Decision], None] | None = None
+                      ) -> Assignment | None:
+        """Enter the spare pool and block until assigned; None when the job is over.
+
+        While waiting it rescues a generation whose members are all gone
+        (:meth:`Membership.rescue`; ``on_rescue`` is told the decision), so the pool
+        claims the generation that restarts from the checkpoints."""
         self.spare_id = self.members.register_spare(prefer_rank)
         while True:
             got = self.members.wait_assignment(self.spare_id, timeout_s=poll_s * 10)
@@ -92,6 +97,9 @@ class InProcessGroup:
                 return got
             if self.members._has(SHUTDOWN_KEY):
                 return None
+            dec = self.members.rescue()
+            if dec is not None and on_rescue is not None:
+                on_rescue(dec)
             time.sleep(poll_s)
 
     def init_process_group(self) -> None:

@@ -35,6 +35,12 @@ Protocol (one failure, generation ``g`` to ``g+1``):
    builds its process group on ``pg/g<g+1>`` and receives the state from the
    source (:mod:`jitbench.runtime.inprocess.transfer`).
 
+When every member of a generation is gone before any of them could decide (a
+rank that failed in its own step left, and the last one was killed before a
+replacement joined), nobody is left to lead: a spare waiting in the pool
+notices that no member of the current generation is alive
+(:meth:`Membership.rescue`) and decides in their place, which finds no survivor.
+
 When no survivor is left, or every rank posted the same collective on a hang
 (the culprit cannot be named), the decision carries ``fallback`` with the
 reason: the job falls back to the JIT checkpoint and a whole-job restart. The
@@ -280,7 +286,9 @@ class Membership:
         survivors = {r: rep for r, rep in reps.items() if r not in hung}
         holders = {r: rep for r, rep in survivors.items() if rep.step_done >= 0}
         fallback = None
-        if not survivors:
+        if not survivors and trigger == "gone":
+            fallback = f"every member of generation {gen} is gone (no replica survived)"
+        elif not survivors:
             fallback = "no healthy replica reported"
         elif not holders:
             fallback = "no surviving replica holds a consistent state"
@@ -344,6 +352,32 @@ class Membership:
                                       f"{timeout_s:g} s")
             time.sleep(poll_s)
         return Decision.from_json(self._get(key))
+
+    def orphaned(self) -> int | None:
+        """The current generation if every one of its members is known to be gone (a
+        process of this host whose pid is dead) and none decided its successor; None
+        otherwise (a member alive, not yet joined, or on another host)."""
+        gen = self.generation()
+        if self._has(f"g{gen}/decision"):
+            return None
+        if any(_alive_here(self.member(gen, r)) is not False for r in range(self.world_size)):
+            return None
+        return gen
+
+    def rescue(self) -> Decision | None:
+        """Decide for an :meth:`orphaned` generation (exactly one caller does): with no
+        member left to report, the decision falls back to the checkpoints and opens the
+        next generation for claims. None when there is nothing to rescue.
+
+        Raises:
+            MembershipError: the store failed.
+        """
+        gen = self.orphaned()
+        if gen is None or self._add(f"g{gen}/rescue", 1) != 1:
+            return None
+        if self.failure_posted(gen) is None:
+            self.post_failure(gen, -1, "gone", f"every member of generation {gen} is gone")
+        return self.decide(gen)
 
     # -- spares ----------------------------------------------------------------------------
     def register_spare(self, prefer_rank: int | None = None) -> int:

@@ -142,6 +142,14 @@ class Strategy:
         """
         return EXIT_FAILURE
 
+    def leaves_on(self, trigger: str) -> bool:
+        """Whether a failure with ``trigger`` ends this process (every failure does,
+        unless the strategy recovers in process from a peer's failure). While such a
+        failure is handled by another thread, the main thread starts no new step: it
+        would post collectives for a rank that is leaving, and its peers would run
+        ahead of the failure into later steps."""
+        return True
+
     def before_redo(self, rt: Runtime) -> int | None:
         """After :meth:`on_failure` returned None, before the failed step runs again, on
         the main thread, outside the failed step's ``with`` block (its exception and

@@ -119,6 +119,10 @@ class JitInProcess(JustInTime):
             _abort_blocked_collective()
         return None
 
+    def leaves_on(self, trigger: str) -> bool:
+        """Only this rank's own failures end its process; a peer's is recovered here."""
+        return self.group is None or trigger not in PEER_TRIGGERS
+
     def before_redo(self, rt: Runtime) -> int | None:
         """Re-form and take the source's state; a member failing meanwhile starts the
         next membership round (at most :data:`MAX_REFORMS`)."""
@@ -177,6 +181,7 @@ class JitInProcess(JustInTime):
         self.release()
         g.leave_process_group()
         g.gen = dec.gen
+        g.members.join(dec.gen, g.rank)  # a survivor is a member of the new generation too
         g.init_process_group()
         rt.events.set_base(gen=dec.gen)
         rt.events.emit("reform", "end", dur_s=time.monotonic() - t0, durable=True)
