@@ -26,7 +26,8 @@ they need nothing from the script (PyTorch docs: ``torch.optim.Optimizer``,
   that the first step of a process reads the step the script restored: the
   largest per-parameter ``step`` counter of its optimizers (Adam, AdamW,
   ...); an optimizer without counters (plain SGD) counts from 0, said once in
-  a ``warning`` event.
+  a ``warning`` event. A step that only builds the optimizer's state (lr 0
+  outside a training step, as DCP's ``set_state_dict`` takes) is no step.
 - ``torch.Tensor.backward`` is wrapped to record the loss: the sum over the
   step's backward calls on one-element tensors (the scaled loss where a
   ``GradScaler`` is enabled).
@@ -117,6 +118,7 @@ class ScriptHooks:
         self._restoring = False
         self._restore_t0 = 0.0
         self._begun = False
+        self._initializing: torch.optim.Optimizer | None = None
         self._micro = 0
         self._loss: torch.Tensor | None = None
         self._collective_step = -1
@@ -299,7 +301,19 @@ class ScriptHooks:
 
         return hook
 
+    @staticmethod
+    def initializes_state(opt: torch.optim.Optimizer) -> bool:
+        """Whether this optimizer step only initializes the optimizer's state: a step
+        outside any training step with every learning rate 0, as DCP's
+        ``get_state_dict``/``set_state_dict`` take (``_init_optim_state``: zero
+        gradients, lr 0) to build the state a checkpoint is loaded into."""
+        lrs = [g.get("lr") for g in opt.param_groups]
+        return bool(lrs) and all(lr is not None and float(lr) == 0.0 for lr in lrs)
+
     def _on_optimizer_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self.in_step and self.initializes_state(opt):
+            self._initializing = opt
+            return
         if self.optimizer is None:
             self.optimizer = opt
         elif opt is not self.optimizer:
@@ -312,6 +326,9 @@ class ScriptHooks:
             self.faults.injector.at("optimizer", self.step)
 
     def _on_optimizer_post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._initializing is opt:
+            self._initializing = None
+            return
         if opt is not self.optimizer or not self.in_step:
             return
         info = {"loss": float(self._loss)} if self._loss is not None else {}
