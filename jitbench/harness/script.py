@@ -78,6 +78,21 @@ UNSUPPORTED_POINTS = {
 """Injection points a launched script does not have, and why."""
 
 
+def module_found(name: str) -> bool:
+    """Whether ``python -m NAME`` finds the module from this directory (``-m`` puts the
+    current directory first on ``sys.path``, as the agent's workers do)."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+    finally:
+        sys.path.remove(os.getcwd())
+
+
 def unsupported_fault(f: FaultSpec) -> str | None:
     """Why fault ``f`` cannot be injected into a launched script (None: it can).
 
@@ -175,7 +190,7 @@ class ScriptSpec:
                 raise SpecError(f"script {self.script} does not exist")
             if not p.is_file():
                 raise SpecError(f"script {self.script} is not a file")
-        elif importlib.util.find_spec(self.module) is None:
+        elif not module_found(self.module):
             raise SpecError(f"module {self.module} is not importable here (python -m "
                             f"{self.module} would fail)")
         if self.strategy == "jit":
