@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from jitbench.cli import faults, gate, model, overhead, report, run, sweep, validate
+from jitbench.cli import faults, gate, launch, model, overhead, report, run, sweep, validate
 from jitbench.cli.console import line
 from jitbench.errors import ExitStatus, JitbenchError
 
@@ -25,6 +25,7 @@ __all__ = ["app", "main"]
 app = typer.Typer(add_completion=False, rich_markup_mode=None, no_args_is_help=True,
                   help="Fault-injection testbed and benchmark for JIT checkpointing.")
 app.command("run")(run.run)
+app.command("launch")(launch.launch)
 app.command("faults")(faults.faults)
 app.command("model")(model.model)
 app.command("validate")(validate.validate)

@@ -57,6 +57,9 @@ class LaunchResult:
     log_path: Path | None = None
     timed_out: bool = False
     """The launch ran past ``timeout_s`` and the harness stopped the agent."""
+    stopped: bool = False
+    """A worker reported what no restart fixes (a launched script's own error, a script
+    that is not a training script) and the harness stopped the agent."""
 
 
 FT_LAUNCHER = "nvidia_resiliency_ext.fault_tolerance.launcher"
@@ -86,6 +89,21 @@ def ft_launcher_args(spec: RunSpec) -> list[str]:
             "--ft-enable-nic-monitor", "false", "--ft-log-level", "INFO"]
 
 
+def torchrun_args(nproc: int, nnodes: int, max_restarts: int, run_dir: Path,
+                  rdzv_endpoint: str | None = None, rdzv_id: str = "jitbench") -> list[str]:
+    """The options of ``torch.distributed.run`` (torchrun) for one node's agent:
+    ``--standalone`` (a c10d rendezvous on a port the OS picks) for one node, else
+    the c10d rendezvous at ``rdzv_endpoint`` with the id ``RDZV_ID-RUN_DIR_NAME``;
+    ``nproc`` workers per node, the restart budget and a 0.1 s monitor interval."""
+    if rdzv_endpoint:
+        out = ["--nnodes", str(nnodes), "--rdzv-backend", "c10d",
+               "--rdzv-endpoint", rdzv_endpoint, "--rdzv-id", f"{rdzv_id}-{run_dir.name}"]
+    else:
+        out = ["--standalone", "--nnodes", "1"]
+    return out + ["--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts),
+                  "--monitor-interval", "0.1"]
+
+
 def agent_command(spec: RunSpec, run_dir: Path) -> list[str]:
     """The launcher command line for a run (this node's agent): ``torch.distributed.run``,
     or NVRx's ``ft_launcher`` where the strategy's registry entry says so."""
@@ -93,14 +111,8 @@ def agent_command(spec: RunSpec, run_dir: Path) -> list[str]:
 
     ft = parse(spec.strategy).entry.launcher == "ft_launcher"
     cmd = [sys.executable, "-m", FT_LAUNCHER if ft else "torch.distributed.run"]
-    if spec.rdzv_endpoint:
-        cmd += ["--nnodes", str(spec.nnodes), "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", spec.rdzv_endpoint, "--rdzv-id",
-                f"{spec.rdzv_id}-{run_dir.name}"]
-    else:
-        cmd += ["--standalone", "--nnodes", "1"]
-    cmd += ["--nproc-per-node", str(spec.nproc), "--max-restarts", str(spec.max_restarts),
-            "--monitor-interval", "0.1"]
+    cmd += torchrun_args(spec.nproc, spec.nnodes, spec.max_restarts, run_dir,
+                         spec.rdzv_endpoint, spec.rdzv_id)
     if ft:
         cmd += ft_launcher_args(spec)
     return cmd + ["-m", "jitbench.harness.worker", str(run_dir)]
@@ -183,18 +195,38 @@ def launch(spec: RunSpec, run_dir: Path, progress: Callable[[dict], None] | None
 
         return launch_replicas(spec, run_dir, progress, timeout_s)
     run_dir = Path(run_dir).resolve()  # workers are found by this exact argument
-    log_path = run_dir / "agent.log"
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", str(spec.threads_per_rank))
-    env["PYTHONUNBUFFERED"] = "1"
+    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(spec.threads_per_rank))}
     if spec.backend == "nccl":
         # deterministic cuBLAS (PyTorch docs, "Reproducibility"), which the bitwise
         # state_equal oracle needs with torch.use_deterministic_algorithms
-        env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        env["CUBLAS_WORKSPACE_CONFIG"] = os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    return launch_agent(agent_command(spec, run_dir), run_dir, env, progress, timeout_s)
+
+
+def launch_agent(cmd: list[str], run_dir: Path, env_extra: dict[str, str] | None = None,
+                 progress: Callable[[dict], None] | None = None,
+                 timeout_s: float | None = None,
+                 stop: Callable[[], bool] | None = None) -> LaunchResult:
+    """Run one agent command line (:func:`agent_command`, or a launched script's) to
+    its end, its output appended to ``run_dir/agent.log``.
+
+    Args:
+        cmd: the agent's command line; its workers carry ``run_dir`` (absolute) and a
+            module of :data:`_LAUNCHED` on their command lines (:func:`run_processes`).
+        run_dir: the run directory (absolute).
+        env_extra: variables set for the agent on top of this process's environment
+            (``PYTHONUNBUFFERED=1`` always).
+        progress: called about 10 times a second with ``{"step", "loss", "attempt"}``.
+        timeout_s: stop the agent after this long (``timed_out``).
+        stop: polled about 10 times a second; True stops the agent (``stopped``): a
+            worker reported something no restart can fix.
+    """
+    log_path = run_dir / "agent.log"
+    env = {**os.environ, **(env_extra or {}), "PYTHONUNBUFFERED": "1"}
     t0 = time.monotonic()
-    interrupted = timed_out = False
+    interrupted = timed_out = stopped = False
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(agent_command(spec, run_dir), stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True,
                                 preexec_fn=die_with_parent)
         offsets: dict = {}
@@ -216,6 +248,9 @@ def launch(spec: RunSpec, run_dir: Path, progress: Callable[[dict], None] | None
                     progress(dict(state))
                 if timeout_s is not None and time.monotonic() - t0 > timeout_s:
                     timed_out = True
+                elif stop is not None and stop():
+                    stopped = True
+                if timed_out or stopped:
                     with held_signals(reraise=False):
                         stop_agent(proc, run_dir)
                     break
@@ -234,7 +269,8 @@ def launch(spec: RunSpec, run_dir: Path, progress: Callable[[dict], None] | None
         if progress is not None:
             _rank0_progress(run_dir / "events", offsets, state)
             progress(dict(state))
-    return LaunchResult(proc.wait(), time.monotonic() - t0, interrupted, log_path, timed_out)
+    return LaunchResult(proc.wait(), time.monotonic() - t0, interrupted, log_path, timed_out,
+                        stopped)
 
 
 @contextlib.contextmanager
@@ -282,7 +318,7 @@ def stop_agent(proc: subprocess.Popen, run_dir: Path | None = None, grace_s: flo
 
 
 _LAUNCHED = ("torch.distributed.run", "jitbench.harness.worker", FT_LAUNCHER,
-             "jitbench.harness.torchft_worker")
+             "jitbench.harness.torchft_worker", "jitbench.harness.boot")
 """Module names on the command lines of the processes a launch starts."""
 
 

@@ -46,6 +46,7 @@ from jitbench.harness.launch import die_with_parent
 from jitbench.harness.replicas import ENV_MEMBERS
 from jitbench.harness.segments import apply_segment
 from jitbench.harness.spec import RunSpec
+from jitbench.harness.store import attempt_store as _store
 from jitbench.runtime import reduce
 from jitbench.runtime.checkpoint import CheckpointError
 from jitbench.runtime.core import Runtime
@@ -65,15 +66,6 @@ def _give_up(events: EventLog, code: int, where: str, exc: BaseException) -> int
     events.emit("exit", code=code, durable=True)
     events.close()
     os._exit(code)
-
-
-def _store(attempt: int, timeout_s: float, client: bool = False) -> dist.Store:
-    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "False") == "True"
-    is_master = not client and not agent_store and int(os.environ["RANK"]) == 0
-    base = dist.TCPStore(host, port, is_master=is_master, timeout=timedelta(seconds=timeout_s),
-                         wait_for_workers=False)
-    return dist.PrefixStore(f"jitbench/attempt{attempt}", base)
 
 
 def _seed_everything(seed: int) -> None:

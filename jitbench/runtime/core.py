@@ -284,6 +284,28 @@ class Runtime:
                 return
         self._end(step, info)
 
+    def begin_step(self, step: int) -> None:
+        """Mark the start of step ``step`` where the step cannot be a ``with``
+        block (:meth:`step`): hooks that find a foreign script's steps call this
+        at the step's first forward and :meth:`end_step` after its optimizer step
+        (:mod:`jitbench.harness.hooks`). Emits ``step`` begin; the watchdog bounds
+        the step from here (``compute`` phase)."""
+        self._begin(step)
+
+    def end_step(self, step: int, info: dict | None = None) -> None:
+        """Mark the end of step ``step`` begun with :meth:`begin_step`: emits ``step``
+        end with ``dur_s`` (s, since the begin) and the items of ``info``, records
+        the step time for the hang bound and returns to the ``boundary`` phase."""
+        self._end(step, dict(info or {}))
+
+    def resume_at(self, step: int) -> None:
+        """The state was restored outside the runtime (a launched script's own
+        checkpoint) at ``step`` optimizer steps: count from there (``done`` of a
+        process that runs no further step names it)."""
+        with self._state_lock:
+            self._completed = self._step = step
+        self._phase, self._phase_since = "boundary", time.monotonic()
+
     def _begin(self, step: int) -> None:
         if self._leaving.is_set():
             # another thread (the watchdog: SIGTERM, a fatal Xid, a notice) is saving and

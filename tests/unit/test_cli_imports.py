@@ -28,6 +28,7 @@ print(json.dumps({"rc": rc or 0, "heavy": heavy}), file=sys.stderr)
     ["gate", "--help"],
     ["report", "--help"],
     ["run", "--help"],
+    ["launch", "--help"],
     ["sweep", "--help"],
     ["overhead", "--help"],
     ["validate", "--help"],

@@ -1,0 +1,99 @@
+"""``jitbench launch``: the words after ``--``, the options and the spec checks (no launch)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from jitbench.cli.launch import ScriptOptions, build_spec, parse_command
+from jitbench.cli.run import DetectionOptions, FaultOptions
+from jitbench.errors import InputError, SpecError
+from jitbench.faults import FaultSpec
+from jitbench.harness.script import JIT_NOT_BUILT, ScriptSpec, unsupported_fault
+
+EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "ddp_tutorial.py")
+
+
+@pytest.mark.parametrize("words, want", [
+    (["train.py", "--lr", "1"], ("train.py", None, ["--lr", "1"])),
+    (["python", "train.py"], ("train.py", None, [])),
+    (["python3", "train.py", "-x"], ("train.py", None, ["-x"])),
+    ([sys.executable, "train.py"], ("train.py", None, [])),
+    (["-m", "pkg.train", "--steps", "3"], (None, "pkg.train", ["--steps", "3"])),
+    (["python", "-m", "pkg.train"], (None, "pkg.train", [])),
+])
+def test_parse_command(words, want):
+    script, module, args = parse_command(words)
+    assert (Path(script).name if script else None, module, args) == want
+    if script:
+        assert Path(script).is_absolute()
+
+
+@pytest.mark.parametrize("words, message", [
+    ([], "give the script to launch after --"),
+    (["python"], "give the script to launch after --"),
+    (["-m"], "-m needs a module"),
+    (["-u", "train.py"], "is not a script"),
+])
+def test_parse_command_refuses(words, message):
+    with pytest.raises(InputError, match=message):
+        parse_command(words)
+
+
+def _build(command, **kw):
+    faults = FaultOptions(**{k: kw.pop(k) for k in list(kw) if k.startswith("fault")})
+    return build_spec(command, faults, ScriptOptions(**kw), DetectionOptions())
+
+
+def test_build_spec_places_the_fault():
+    spec = _build([EXAMPLE, "--steps", "12", "--ckpt-dir", "{run_dir}/ck"], fault="kill",
+                  fault_step=4)
+    assert spec.script == EXAMPLE and spec.strategy == "own"
+    assert [(f.kind, f.rank, f.step) for f in spec.faults] == [("kill", 1, 4)]
+    assert spec.script_args(Path("/r")) == ["--steps", "12", "--ckpt-dir", "/r/ck"]
+    with_steps = _build([EXAMPLE], fault="nccl-hang", steps=30)
+    assert with_steps.faults[0].step == 10  # a third of the way in, as run
+
+
+@pytest.mark.parametrize("kw, error, message", [
+    ({"fault": "kill"}, InputError, "give --fault-step"),
+    ({"fault": "kill", "fault_step": 3, "strategy": "jit"}, SpecError, JIT_NOT_BUILT),
+    ({"fault": "none", "strategy": "periodic:5"}, SpecError, "runs under --strategy own"),
+    ({"fault": "eio", "fault_step": 3}, SpecError, "storage fault"),
+    ({"fault": "kill", "fault_step": 3, "fault_param": ["at=restore"]}, SpecError,
+     "injection point restore"),
+    ({"fault": "kill", "fault_step": 3, "fault_rank": 2}, SpecError, "rank"),
+    ({"fault": "kill", "fault_step": 12, "steps": 12}, SpecError, "fault step 12"),
+    ({"fault": "none", "first_step_s": 0.0}, SpecError, "--first-step-s must be"),
+    ({"fault": "none", "nnodes": 2}, SpecError, "--rdzv-endpoint"),
+])
+def test_build_spec_refuses(kw, error, message):
+    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+        _build([EXAMPLE], **kw)
+
+
+def test_missing_script_and_module_are_refused(tmp_path):
+    with pytest.raises(SpecError, match="does not exist"):
+        ScriptSpec(script=str(tmp_path / "nope.py")).validate()
+    with pytest.raises(SpecError, match="is not a file"):
+        ScriptSpec(script=str(tmp_path)).validate()
+    with pytest.raises(SpecError, match="not importable"):
+        ScriptSpec(module="jitbench_no_such_module_x").validate()
+
+
+def test_every_non_storage_fault_is_injectable():
+    from jitbench.faults import FAULTS
+
+    for kind, cls in FAULTS.items():
+        why = unsupported_fault(FaultSpec(kind, 1, 2))
+        assert (why is not None) == (cls.family == "storage"), kind
+
+
+def test_spec_round_trips(tmp_path):
+    spec = ScriptSpec(script=EXAMPLE, args=["--steps", "3"], faults=[FaultSpec("kill", 1, 2)])
+    (tmp_path / "spec.json").write_text(spec.to_json())
+    back = ScriptSpec.load(tmp_path / "spec.json")
+    assert back == spec and back.without_faults().faults == []
+    assert back.training_key() == spec.without_faults().training_key()
