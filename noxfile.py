@@ -21,6 +21,13 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none")
+def heavy(session: nox.Session) -> None:
+    """Tables of multi-process runs kept out of the CI suite for time (the fault-kind
+    matrix of in-process recovery)."""
+    session.run("python", "-m", "pytest", "-m", "heavy", *session.posargs)
+
+
+@nox.session(venv_backend="none")
 def stress(session: nox.Session) -> None:
     """Hundreds of random fault campaigns; prints campaigns and violations."""
     session.run("python", "-m", "pytest", "-m", "stress", "-p", "no:randomly", "-s",

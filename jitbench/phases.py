@@ -141,6 +141,31 @@ def gen_of(e: dict) -> int:
     return int(e.get("gen") or 0)
 
 
+def failing_faults(evs: list[dict]) -> list[dict]:
+    """The fault events that failed the job, in time order.
+
+    A fault fails the job unless its event says ``fails_job: false`` (a straggler, a
+    corruption found only at the next restore) or it was absorbed: its rank went on
+    to complete a step in the same attempt and generation, and no rank declared a
+    failure there after it (a failed background write under ``jit-inprocess``: the
+    backstop is lost, training goes on).
+    """
+    out = []
+    key = clock(evs)
+    for f in evs:
+        if f["event"] != "fault" or not f.get("fails_job", True):
+            continue
+        unit = (f["attempt"], gen_of(f))
+        later = [e for e in evs if e[key] >= f[key]
+                 and (e["attempt"], gen_of(e)) == unit]
+        went_on = any(e["event"] == "step" and e["phase"] == "end" and e["rank"] == f["rank"]
+                      for e in later)
+        if went_on and not any(e["event"] == "failure" for e in later):
+            continue
+        out.append(f)
+    return out
+
+
 def episode_events(evs: list[dict], fault: dict, key: str = "t_mono"
                    ) -> tuple[list[dict], list[dict], bool]:
     """``(cur, nxt, in_process)`` for the failure episode started by ``fault``: the
@@ -162,7 +187,7 @@ def episode_events(evs: list[dict], fault: dict, key: str = "t_mono"
 
 def _episodes(evs: list[dict], key: str, spans: list[dict], world_size: int) -> list[dict]:
     rows: list[dict] = []
-    failing = [e for e in evs if e["event"] == "fault" and e.get("fails_job", True)]
+    failing = failing_faults(evs)
     seen: set[tuple[int, int]] = set()
     for fault in failing:
         a, g = fault["attempt"], gen_of(fault)
@@ -271,8 +296,7 @@ def _episodes_per_replica(evs: list[dict], key: str, spans: list[dict],
     on every rank, of the first step that no rank had completed before the fault.
     """
     rows: list[dict] = []
-    failing = sorted((e for e in evs if e["event"] == "fault" and e.get("fails_job", True)),
-                     key=lambda e: e[key])
+    failing = sorted(failing_faults(evs), key=lambda e: e[key])
     seen: set[tuple[int, int]] = set()
     for fault in failing:
         r, a = fault["rank"], fault["attempt"]

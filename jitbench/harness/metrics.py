@@ -192,7 +192,7 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
     for r in rows:
         if r["scope"] == "failure":
             episodes[int(r["failure"])][r["phase"]] = r
-    failing = [e for e in evs if e["event"] == "fault" and e.get("fails_job", True)]
+    failing = phases.failing_faults(evs)
     failures: list[FailureMetrics] = []
     for i in sorted(episodes):
         ep = episodes[i]
@@ -514,10 +514,11 @@ def event_order(run_dir: str | Path) -> list[str]:
     out: list[str] = []
     seen_attempt = 0
     last_fault = None
+    failing = {id(e) for e in phases.failing_faults(evs)}
     for e in evs:
         n, p = e["event"], e["phase"]
         where = (e["attempt"], phases.gen_of(e))
-        if n == "fault" and e.get("fails_job", True) and last_fault != where:
+        if n == "fault" and id(e) in failing and last_fault != where:
             out.append("fault")
             last_fault = where
         elif n == "failure" and out and out[-1] == "fault":

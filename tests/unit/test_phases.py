@@ -145,3 +145,25 @@ def test_inprocess_recovery_phases_reach_the_timeline_and_the_phase_bars(tmp_pat
     con.print(summary_table({"workload": "gpt", "world_size": 2, "strategy": "jit",
                              "faults": [], "restart_s": 2.0}))
     assert "reform_s" not in con.export_text()  # a whole-job restart shows no such rows
+
+
+def test_a_write_fault_absorbed_by_a_background_writer_is_no_failure(tmp_path):
+    """jit-inprocess: the backstop write after a recovery fails (EIO) and training goes
+    on; that fault starts no failure episode. A fault followed by a failure does."""
+    from jitbench.phases import failing_faults
+
+    evs = [{"event": "fault", "phase": "point", "t_mono": 1.0, "attempt": 0, "gen": 1,
+            "rank": 0, "kind": "eio", "step": 5},
+           {"event": "save", "phase": "end", "t_mono": 1.1, "attempt": 0, "gen": 1,
+            "rank": 0, "ok": False},
+           {"event": "step", "phase": "end", "t_mono": 1.5, "attempt": 0, "gen": 1,
+            "rank": 0, "step": 5}]
+    assert failing_faults(evs) == []
+    evs.append({"event": "failure", "phase": "point", "t_mono": 1.6, "attempt": 0, "gen": 1,
+                "rank": 1, "trigger": "collective_error"})
+    assert failing_faults(evs) == [evs[0]]
+    kill = [{"event": "fault", "phase": "point", "t_mono": 1.0, "attempt": 0, "rank": 1,
+             "kind": "kill", "step": 3},
+            {"event": "step", "phase": "end", "t_mono": 1.2, "attempt": 0, "rank": 0,
+             "step": 3}]
+    assert failing_faults(kill) == [kill[0]]  # its rank never went on
