@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from jitbench.cli import console
-from jitbench.cli.options import option_groups
+from jitbench.cli.options import MaxRestarts, Nnodes, Nproc, RdzvEndpoint, option_groups
 from jitbench.cli.run import DetectionOptions, FaultOptions, OutputOptions, outcome_status
 from jitbench.errors import InputError
 
@@ -44,13 +44,10 @@ class ScriptOptions:
         help="own: the script recovers by itself (its own checkpoints, or from step 0); "
              "jit: transparent JIT checkpointing (not built yet for launched scripts).")
     ] = "own"
-    nproc: Annotated[int, typer.Option("--nproc", help="Ranks per node.")] = 2
-    nnodes: Annotated[int, typer.Option(
-        help="Nodes (each runs this command; needs --rdzv-endpoint and a shared "
-             "--run-dir).")] = 1
-    rdzv_endpoint: Annotated[str | None, typer.Option(
-        help="HOST:PORT of the c10d rendezvous for several nodes.")] = None
-    max_restarts: Annotated[int, typer.Option(help="Elastic agent's restart budget.")] = 3
+    nproc: Nproc = 2
+    nnodes: Nnodes = 1
+    rdzv_endpoint: RdzvEndpoint = None
+    max_restarts: MaxRestarts = 3
     steps: Annotated[int | None, typer.Option(
         help="The script's optimizer steps, if known: places the default --fault-step (a "
              "third of the way in) and checks fault steps. Without it, give --fault-step.")

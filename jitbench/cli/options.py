@@ -36,6 +36,12 @@ FaultRank = Annotated[int, typer.Option(help="Rank the fault hits.")]
 Mtbf = Annotated[str | None, typer.Option(
     "--mtbf", help="The job's mean time between failures for periodic:auto: seconds, or with a "
                    "unit (90s, 10m, 2h, 1d). Whole job, not per GPU.")]
+Nproc = Annotated[int, typer.Option("--nproc", help="Ranks per node.")]
+Nnodes = Annotated[int, typer.Option(
+    help="Nodes (each runs this command; needs --rdzv-endpoint and a shared --run-dir).")]
+RdzvEndpoint = Annotated[str | None, typer.Option(
+    help="HOST:PORT of the c10d rendezvous for several nodes.")]
+MaxRestarts = Annotated[int, typer.Option(help="Elastic agent's restart budget.")]
 OverwriteOut = Annotated[bool, typer.Option(help="Replace a non-empty --out.")]
 JsonRows = Annotated[bool, typer.Option("--json", help="Print the rows as one JSON array.")]
 JsonSummary = Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object.")]

@@ -28,7 +28,11 @@ from jitbench.cli.options import (
     BatchSize,
     FaultRank,
     JsonSummary,
+    MaxRestarts,
     Mtbf,
+    Nnodes,
+    Nproc,
+    RdzvEndpoint,
     Strategy,
     Workload,
     check_sizes,
@@ -189,14 +193,11 @@ class JobOptions:
     """How the job runs: strategy, ranks, nodes, backend, restarts, checkpoints."""
 
     strategy: Strategy = "jit"
-    nproc: Annotated[int, typer.Option("--nproc", help="Ranks per node.")] = 2
+    nproc: Nproc = 2
     backend: Backend = "gloo"
-    nnodes: Annotated[int, typer.Option(
-        help="Nodes (each runs this command; needs --rdzv-endpoint and a shared "
-             "--run-dir).")] = 1
-    rdzv_endpoint: Annotated[str | None, typer.Option(
-        help="HOST:PORT of the c10d rendezvous for several nodes.")] = None
-    max_restarts: Annotated[int, typer.Option(help="Elastic agent's restart budget.")] = 3
+    nnodes: Nnodes = 1
+    rdzv_endpoint: RdzvEndpoint = None
+    max_restarts: MaxRestarts = 3
     spares: Annotated[int | None, typer.Option(
         help="Hot spares waiting to replace a failed rank (jit-inprocess; default 1; 0: "
              "the failed rank's own agent restarts it).")] = None

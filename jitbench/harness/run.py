@@ -344,7 +344,8 @@ def fired_faults(run_dir: Path, events: list[dict] | None = None) -> list[dict]:
 
 
 def end_reason(spec: RunSpec, m: metrics.RunMetrics, res: LaunchResult) -> str:
-    """Why the run ended, one line: ``completed``, or what stopped it."""
+    """Why the run ended, one line: ``completed``, or what stopped it (``spec``: any
+    spec with ``max_restarts``, a launched script's too)."""
     if m.completed:
         return "completed"
     if res.timed_out:

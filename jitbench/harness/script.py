@@ -47,6 +47,7 @@ from jitbench.harness.run import (
     prepare_dir,
     write_records,
 )
+from jitbench.harness.run import end_reason as run_end_reason
 from jitbench.records import SUMMARY_VERSION
 from jitbench.runtime.config import RuntimeConfig
 
@@ -319,26 +320,13 @@ def final_step(events: list[dict]) -> int:
 
 
 def end_reason(spec: ScriptSpec, m: metrics.RunMetrics, res: LaunchResult, err: dict) -> str:
-    """Why the launch ended, one line: ``completed``, or what stopped it."""
-    if m.completed:
-        return "completed"
-    if err["error_kind"] == "script":
+    """Why the launch ended, one line: ``completed``, the script's own failure, or what
+    stopped it (:func:`jitbench.harness.run.end_reason`)."""
+    if not m.completed and err["error_kind"] == "script":
         return f"the script failed by itself (no fault fired): {err['error']}"
-    if err["error_kind"] == "input":
+    if not m.completed and err["error_kind"] == "input":
         return f"not a training script: {err['error']}"
-    if res.timed_out:
-        return f"stopped by the harness: the launch ran past its timeout ({res.wall_s:.0f} s)"
-    if res.interrupted:
-        return "interrupted (Ctrl-C or SIGTERM)"
-    last = m.failures[-1] if m.failures else None
-    what = (f"; last failure: {last.fault_kind} on rank {last.fault_rank} at step "
-            f"{last.fault_step}" + (f" ({last.trigger})" if last.trigger else "")
-            if last else "")
-    if res.returncode != 0 and m.attempts >= spec.max_restarts + 1:
-        return (f"restart budget exhausted: all {m.attempts} attempts failed "
-                f"(--max-restarts {spec.max_restarts}){what}")
-    return f"the elastic agent exited with status {res.returncode} after {m.attempts} " \
-           f"attempts{what}"
+    return run_end_reason(spec, m, res)
 
 
 def summarize(spec: ScriptSpec, run_dir: Path, res: LaunchResult, ref: LaunchResult | None,
