@@ -219,20 +219,34 @@ def _in_process_milestones_ok(order: list[str], evs: list[dict]) -> bool:
     ``reform, transfer, restore, step`` in process, or, where no replica survived
     (the decision fell back), ``restart, restore[, step]`` from the JIT checkpoint. The
     ``save`` is a failed rank's own JIT part (an exception or SIGTERM in its step)."""
-    want = len({(e["attempt"], e.get("gen") or 0) for e in evs if e["event"] == "fault"})
+    def unit(e: dict) -> tuple[int, int]:
+        return int(e.get("attempt", 0)), int(e.get("gen") or 0)
+
+    units = sorted({unit(e) for e in evs if e["event"] == "fault"})
+    first_fault = {u: min(e["step"] for e in evs if e["event"] == "fault" and unit(e) == u)
+                   for u in units}
+    restored = {u: max((int(e.get("step") or 0) for e in evs if e["event"] == "restore"
+                        and e.get("phase") == "end" and unit(e) == u), default=0)
+                for u in units}
     pos = n = 0
     while pos < len(order):
         if order[pos:pos + 2] != ["fault", "failure"]:
             return False
         pos += 2 + (order[pos + 2:pos + 3] == ["save"])
-        if order[pos:pos + 4] == ["reform", "transfer", "restore", "step"]:
-            pos += 4
+        if order[pos:pos + 3] == ["reform", "transfer", "restore"]:
+            pos += 3
         elif order[pos:pos + 2] == ["restart", "restore"]:
-            pos += 2 + (order[pos + 2:pos + 3] == ["step"])
+            pos += 2
         else:
             return False
         n += 1
-    return n == want
+        if order[pos:pos + 1] == ["step"]:
+            pos += 1
+        elif not (n < len(units) and first_fault[units[n]] <= restored[units[n]] + 1):
+            # only the next fault hitting the very step after the restored one may
+            # come before any step completes
+            return False
+    return n == len(units)
 
 
 def _coincident_fault_violations(evs: list[dict]) -> list[str]:

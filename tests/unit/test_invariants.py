@@ -196,9 +196,20 @@ IN = ["fault", "failure", "reform", "transfer", "restore", "step"]
     (IN + IN[:-1], False),  # the last recovery needs its step
     # no replica survived the second failure: the JIT backstop and a whole-job restart
     (IN + ["fault", "failure", "save", "restart", "restore", "step"], True),
-    (IN + ["fault", "failure", "restart", "restore"], True),
+    (IN + ["fault", "failure", "restart", "restore"], False),  # no step after the last
     (IN + ["fault", "failure", "restart", "transfer", "restore", "step"], False),
 ])
 def test_milestones_in_process(order, ok):
     evs = [{"event": "fault", "attempt": 0, "gen": g, "step": s} for g, s in ((0, 2), (1, 5))]
+    assert campaign.milestones_ok(order, "jit-inprocess", evs) is ok
+
+
+@pytest.mark.parametrize("next_fault, ok", [(4, True), (5, False)])
+def test_in_process_milestones_without_a_step_before_the_next_fault(next_fault, ok):
+    """Field-seen (stress): term@0:3 replaced rank 0; its newcomer, restored at step 3,
+    was killed at step 4 before any step completed in generation 1."""
+    evs = [{"event": "fault", "attempt": 0, "gen": 0, "step": 3},
+           {"event": "restore", "phase": "end", "attempt": 0, "gen": 1, "step": 3},
+           {"event": "fault", "attempt": 0, "gen": 1, "step": next_fault}]
+    order = IN[:2] + ["save"] + IN[2:-1] + IN
     assert campaign.milestones_ok(order, "jit-inprocess", evs) is ok
