@@ -35,6 +35,12 @@ Protocol (one failure, generation ``g`` to ``g+1``):
    builds its process group on ``pg/g<g+1>`` and receives the state from the
    source (:mod:`jitbench.runtime.inprocess.transfer`).
 
+When every member of a generation is gone at once (a compound fault killing
+all of them), no member is left to post the failure: a process waiting in the
+spare pool that finds every member's pid gone on this host, before any member
+finished training, posts it and leads (:meth:`Membership.lead_if_lost`); the
+decision is a fallback, as below.
+
 When no survivor is left, or every rank posted the same collective on a hang
 (the culprit cannot be named), the decision carries ``fallback`` with the
 reason: the job falls back to the JIT checkpoint and a whole-job restart. The
@@ -344,6 +350,42 @@ class Membership:
                                       f"{timeout_s:g} s")
             time.sleep(poll_s)
         return Decision.from_json(self._get(key))
+
+    def members_of(self, gen: int) -> dict[int, dict[str, Any]]:
+        """rank -> ``{"pid", "host", ...}`` of the members of ``gen`` known so far: those
+        the decision that formed it named, else those that joined it."""
+        if gen > 0 and self._has(f"g{gen - 1}/decision"):
+            dec = Decision.from_json(self._get(f"g{gen - 1}/decision"))
+            if dec.fallback is None:
+                return dec.members
+        return {r: m for r in range(self.world_size) if (m := self.member(gen, r)) is not None}
+
+    def lead_if_lost(self, done_key: str = "done") -> Decision | None:
+        """Lead the current generation's failure when every one of its members is gone.
+
+        Called by a process waiting in the spare pool. The generation counts as lost
+        when all ``world_size`` ranks are known (:meth:`members_of`), every one's pid
+        is gone from this host, no decision was made for it yet, and no rank has
+        finished training (``done_key`` is 0: ranks that finished also exit).
+
+        Returns:
+            The decision (a fallback: no healthy replica reported) when this caller
+            led it, else None.
+
+        Raises:
+            MembershipError: the store failed.
+        """
+        gen = self.generation()
+        if self._has(f"g{gen}/decision") or self._add(done_key, 0) > 0:
+            return None
+        members = self.members_of(gen)
+        if len(members) < self.world_size or any(_alive_here(m) is not False
+                                                 for m in members.values()):
+            return None
+        self.post_failure(gen, -1, "lost", f"every rank of generation {gen} is gone")
+        if not self.try_lead(gen):
+            return None
+        return self.decide(gen)
 
     # -- spares ----------------------------------------------------------------------------
     def register_spare(self, prefer_rank: int | None = None) -> int:
