@@ -111,6 +111,10 @@ holder that died refuses the connection at once; one that never published its ad
 class InMemory(InProcessRecovery):
     """In-memory checkpoints with in-process recovery (see the module docstring).
 
+    The peer copies, the disk checkpoints and the recovery need the membership
+    :meth:`bind` gives (the harness's ``replicas`` launcher); a runtime that was
+    never bound keeps only its own copy and a failure ends the process.
+
     Raises:
         ValueError: an interval or ``disk`` below 1.
     """
