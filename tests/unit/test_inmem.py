@@ -98,3 +98,28 @@ def test_cli_refuses_a_bad_inmem_spec_in_one_line(tmp_path):
         assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
         assert repr(text) in p.stderr
         assert not (tmp_path / "r").exists()
+
+
+def _ev(event, phase, t, rank, pid, **kw):
+    return {"event": event, "phase": phase, "t_mono": t, "rank": rank, "pid": pid,
+            "attempt": 0, "gen": 0, **kw}
+
+
+def test_expected_replay_counts_from_the_newest_copy_a_survivor_held_at_detection():
+    from jitbench.harness.metrics import memory_copy_step
+
+    evs = [
+        _ev("restore", "end", 0.0, 0, 10, step=0), _ev("restore", "end", 0.0, 1, 11, step=0),
+        _ev("stage", "end", 1.0, 0, 10, kind="inmem", step=2),
+        _ev("stage", "end", 1.0, 1, 11, kind="inmem", step=2),
+        _ev("stage", "end", 2.0, 1, 11, kind="inmem", step=4),  # the failed rank's own
+        _ev("fault", "point", 2.5, 1, 11, step=5),
+        _ev("stage", "end", 2.6, 0, 10, kind="async", step=4),  # another kind: not a copy
+        _ev("failure", "point", 3.0, 0, 10, trigger="collective_error"),
+        _ev("stage", "end", 3.5, 0, 10, kind="inmem", step=6),  # after detection
+    ]
+    assert memory_copy_step(evs, evs, [1], 2.5, 0, "t_mono") == 2
+    # a survivor that finished the failed rank's step and copied it before it noticed
+    evs.insert(6, _ev("stage", "end", 2.8, 0, 10, kind="inmem", step=4))
+    assert memory_copy_step(evs, evs, [1], 2.5, 0, "t_mono") == 4
+    assert memory_copy_step([], [], [1], 2.5, 0, "t_mono") is None

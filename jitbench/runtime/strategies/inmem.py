@@ -27,8 +27,9 @@ Per copy (at the step end of every step that is a multiple of N, main thread):
    boundary state is copied into fresh host buffers
    (:func:`~jitbench.runtime.staging.stage_for_async_save`; on CUDA the
    device-to-host copy). When the previous copy's send or disk write is still
-   running, the main thread waits for it first (``waited_s``), so at most two
-   copies are held and a copy that cannot keep up with N shows as stall.
+   running, the main thread waits for it before handing this copy over
+   (``waited_s``, part of the span), so at most two copies are held and copies
+   that cannot keep up with N show as stall.
 2. **Peer copy** (``copy`` begin/end, kind ``inmem``; a background thread, off
    the training thread): the copy, serialised with :func:`torch.save`, is sent
    into the host memory of the holder: each rank runs a ``TCPStore`` server of
