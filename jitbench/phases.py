@@ -21,9 +21,10 @@ Rows (``scope``, ``phase``):
 ``rank`` scope, one row per begin/end pair of an event on one rank in one attempt
     ``step`` (``step``; ``dur_s`` is the runtime's own step time, ``t1`` NaN
     for a step begun and never ended), ``save`` (``kind`` ``jit``,
-    ``periodic`` or ``async``; ``step``; ``part``), ``restore``, ``init``,
-    ``stage`` (an async checkpoint's staging copy), ``probe`` (the
-    ``periodic:auto`` cost probe); and ``fault`` points (every injected fault,
+    ``periodic``, ``async`` or ``disk``; ``step``; ``part``), ``restore``, ``init``,
+    ``stage`` (an async checkpoint's staging copy; ``inmem``'s own copy, kind
+    ``inmem``), ``probe`` (the ``periodic:auto`` cost probe), ``copy`` (``inmem``'s
+    copy into a peer's memory, in the background); and ``fault`` points (every injected fault,
     ``kind``, ``step``). A begin pairs with the next successful end of the
     same event (and, for ``save``, the same ``kind``) on that rank; an end
     with ``ok: false`` is a row with ``ok`` False and leaves the begin open.
@@ -39,7 +40,7 @@ generation, in that generation of the same attempt (in process)
     the fault); ``detect`` (fault -> first ``failure`` event of a survivor, a
     rank no failing fault of the episode hit, else of any rank; ``trigger``);
     ``save`` (the slowest rank's JIT save of the attempt, else the last
-    periodic or async save that ended before the fault, else a row with
+    periodic, async or disk save that ended before the fault, else a row with
     ``dur_s`` 0 and no times); ``restart`` (last event of the failed attempt ->
     the last ``init`` end of the next; ``ok`` when every rank initialised);
     ``restore`` (the slowest rank's restore; ``step``/``kind`` of the part
@@ -72,8 +73,12 @@ PHASES_FILE = "phases.parquet"
 COLUMNS = ("scope", "phase", "failure", "attempt", "gen", "rank", "kind", "step", "part", "ok",
            "trigger", "t0", "t1", "dur_s", "clock")
 """Columns of the phases table (see the module docstring)."""
-SPANS = ("step", "save", "restore", "init", "stage", "probe")
+SPANS = ("step", "save", "restore", "init", "stage", "probe", "copy")
 """Events paired into ``rank`` scope spans."""
+SAVE_KINDS = ("periodic", "async", "disk")
+"""Kinds of the scheduled checkpoints a failure episode's ``save`` row falls back to
+(the JIT save comes first): ``periodic``, ``async`` (``periodic-async``), ``disk``
+(``inmem``'s disk checkpoints)."""
 
 
 def read_events(run_dir: str | Path) -> list[dict]:
@@ -212,7 +217,7 @@ def _episodes(evs: list[dict], key: str, spans: list[dict], world_size: int) -> 
         save = _slowest([r for r in mine if r["kind"] == "jit"
                          and (not in_process or (r["t0"] is not None and r["t0"] >= tf))])
         if save is None:
-            before = sorted((r for r in mine if r["kind"] in ("periodic", "async") and r["ok"]
+            before = sorted((r for r in mine if r["kind"] in SAVE_KINDS and r["ok"]
                              and r["t0"] is not None and r["t1"] <= tf),
                             key=lambda r: (r["t0"], r["dur_s"]))
             save = before[-1] if before else None

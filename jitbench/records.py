@@ -74,7 +74,8 @@ SCHEMA: tuple[Field, ...] = (
     Field("max_replayed_steps_per_failure", "steps", "most steps replayed in one failure"),
     Field("expected_replayed_steps", "steps", "steps since the newest committed checkpoint "
                                               "(sum over failures)"),
-    Field("replay_ok", "bool", "every failure replayed exactly the expected steps (jit: <= 1)"),
+    Field("replay_ok", "bool", "every failure replayed exactly the expected steps (jit: <= 1; "
+          "inmem:N from memory: <= N)"),
     Field("num_failures", "", "failure episodes (attempts in which a failing fault fired)"),
     Field("completed", "bool", "every rank reached the last step"),
     Field("attempts", "", "attempts of the worker group (restarts + 1)"),

@@ -14,7 +14,8 @@ first such fault; faults marked ``fails_job: false`` in their event, such as
   failing fault of the episode hit; any rank if there is none).
 - ``save_s``: JIT save begin -> end, the slowest rank's (MLPerf Storage
   convention); for strategies without a JIT save, the duration of the last
-  periodic (or async: request -> commit) save before the fault (0 if none).
+  periodic (or async: request -> commit; ``inmem``: disk) save before the fault
+  (0 if none).
 - ``restart_s``: last event of the failed attempt (its last process gone) ->
   every rank of the next attempt has finished ``init``.
 - ``restore_s``: restore begin -> end, the slowest rank's.
@@ -34,11 +35,15 @@ first such fault; faults marked ``fails_job: false`` in their event, such as
 - ``stall_s``: fault -> the first step end of *any* rank after the fault (a
   survivor that goes on with fewer replicas, as under ``torchft``, ends it
   long before ``recovery_s``).
-- In-process recovery (``jit-inprocess``) has no ``restart_s``; instead
+- In-process recovery (``jit-inprocess``, ``inmem``) has no ``restart_s``; instead
   ``reform_s`` (survivors leave the failed collective -> every member's new
-  process group usable) and ``transfer_s`` (the boundary state sent from a
-  healthy replica to the others); its ``restore_s`` is the adoption of that
-  state.
+  process group usable) and ``transfer_s`` (the state sent from a healthy
+  replica to the others); its ``restore_s`` is the adoption of that state. Its
+  expected replay counts from the source's state (the membership decision's
+  ``resume_step``), except after a rollback to an in-memory copy (``inmem``,
+  restore kind ``memory``): from ``memory_copy_step``, the newest copy a
+  survivor held when the failure was detected (from its ``stage`` and
+  ``restore`` events, not from the decision).
 - ``wasted_gpu_s``: ``world_size x (recovery_s + lost_partial_s - step_s)``,
   where ``lost_partial_s`` is the interrupted step's time before the fault and
   ``step_s`` the median fault-free step time: GPU-seconds not spent on new
@@ -103,6 +108,10 @@ class FailureMetrics:
     """Ranks hit by failing faults of the episode."""
     stall_s: float | None = None
     """Fault -> the first step end of any rank after it (s)."""
+    memory_copy_step: int | None = None
+    """``inmem``, recovered from memory: the newest in-memory copy a survivor held when
+    the failure was detected (its ``stage`` end, kind ``inmem``, or a restore that
+    left one); ``expected_replayed_steps`` counts from it."""
     degraded_rank_steps: int | None = None
     """``torchft``: step ends of survivors between the fault and the recovery step
     (progress with fewer replicas; subtracted from ``wasted_gpu_s`` at ``step_s`` each)."""
@@ -124,7 +133,7 @@ class RunMetrics:
     """First step begin -> last step end (s)."""
     goodput: float | None
     checkpoint_saves: int
-    """Committed periodic and async checkpoints."""
+    """Committed periodic, async and disk (``inmem``) checkpoints."""
     checkpoint_s: float | None
     """Median duration of one synchronous periodic checkpoint save (s)."""
     checkpoint_stall_gpu_s: float
@@ -239,6 +248,11 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
             if decided:
                 fm.expected_replayed_steps = max(0, fm.completed_before
                                                  - int(decided[0]["resume_step"]))
+            kind = _val(ep["restore"]["kind"]) if "restore" in ep else None
+            held = memory_copy_step(evs, cur, fm.fault_ranks, f0["t0"], a, clock)
+            if kind == "memory" and held is not None:  # rolled back to an in-memory copy
+                fm.memory_copy_step = held
+                fm.expected_replayed_steps = max(0, fm.completed_before - held)
         begins = [r for r in rows if r["scope"] == "rank" and r["phase"] == "step"
                   and r["attempt"] == a and int(_val(r.get("gen")) or 0) == g
                   and r["rank"] == f0["rank"]
@@ -279,7 +293,7 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
                and (not kinds or r["kind"] in kinds)]
         return [d for _, d in sorted(got)]
 
-    periodic = spans("save", ("periodic", "async"))
+    periodic = spans("save", phases.SAVE_KINDS)
     sync = spans("save", ("periodic",))
     stall = (sum(sync) + sum(spans("stage")) + sum(spans("probe"))) * world_size
     key = phases.clock(evs) if evs else "t_mono"
@@ -309,6 +323,28 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
         loss_last=rank0[-1].get("loss") if rank0 else None, failures=failures,
         auto_interval=auto, slow_windows=windows, normal_step_s=normal,
         late_replacements=len(late) if per_replica else 0)
+
+
+def memory_copy_step(evs: list[dict], cur: list[dict], hit: list[int], t_fault: float,
+                     attempt: int, key: str) -> int | None:
+    """The newest step of an in-memory copy (``inmem``) that a surviving process held when
+    the failure at ``t_fault`` was detected, or None (no copy recorded).
+
+    Survivors are the processes (pids) of the episode's attempt and generation
+    (``cur``) on ranks no failing fault hit (``hit``). A process holds a copy of step
+    k after its ``stage`` end of kind ``inmem`` at step k, and after every successful
+    restore (``inmem`` copies the restored or adopted state). Detection is the first
+    ``failure`` event at or after the fault (a survivor may finish the step the
+    failed rank died in, and copy it, before it notices)."""
+    pids = {e.get("pid") for e in cur if e["rank"] >= 0 and e["rank"] not in hit}
+    fails = [e[key] for e in cur if e["event"] == "failure" and e[key] >= t_fault]
+    t_detect = min(fails, default=t_fault)
+    steps = [e["step"] for e in evs if e["attempt"] == attempt and e.get("pid") in pids
+             and e["phase"] == "end" and e[key] <= t_detect
+             and isinstance(e.get("step"), int)
+             and ((e["event"] == "stage" and e.get("kind") == "inmem")
+                  or (e["event"] == "restore" and e.get("ok", True)))]
+    return max(steps, default=None)
 
 
 def _val(v):

@@ -266,18 +266,26 @@ def worker_error(run_dir: Path, events: list[dict] | None = None) -> dict:
 
 def replay_ok(strategy: str, failures: list) -> bool | None:
     """The replay invariant of every failure: the restore picked the newest
-    committed checkpoint (``replayed_steps == expected_replayed_steps``), and a
-    strategy that promises one minibatch (registry ``replay_bound``) replayed at most one. None when a failure did not recover."""
+    committed checkpoint (``replayed_steps == expected_replayed_steps``; for a
+    rollback to an in-memory copy, the newest copy a survivor held), a strategy
+    that promises one minibatch (registry ``replay_bound``) replayed at most one,
+    and one that promises its interval replayed at most N steps in a recovery
+    from memory (``inmem:N``: a disk recovery replays the steps since the last disk
+    checkpoint, which ``expected_replayed_steps`` checks). None when a failure did
+    not recover."""
     from jitbench.runtime.strategies import parse
 
-    one = parse(strategy).entry.replay_bound == "one"
+    choice = parse(strategy)
+    bound = choice.entry.replay_bound
     ok = True
     for f in failures:
         if f.replayed_steps is None:
             return None
         ok &= f.replayed_steps == f.expected_replayed_steps
-        if one:
+        if bound == "one":
             ok &= f.replayed_steps <= 1
+        if bound == "interval" and f.restored_kind == "memory":
+            ok &= f.replayed_steps <= choice.interval
     return ok
 
 

@@ -55,14 +55,14 @@ class Strategy(strategies.Choice):
 
     @classmethod
     def parse(cls, text: str) -> Strategy:
-        """Parse ``jit``, ``none``, ``periodic:N``, ``periodic-async:N``, ``periodic:auto``
-        (every form of :func:`jitbench.runtime.strategies.usage`).
+        """Parse ``jit``, ``none``, ``periodic:N``, ``periodic-async:N``, ``periodic:auto``,
+        ``inmem:N:disk=M`` (every form of :func:`jitbench.runtime.strategies.usage`).
 
         Raises:
             SpecError: anything else.
         """
         c = strategies.parse(text)
-        return cls(c.name, c.interval, c.auto)
+        return cls(c.name, c.interval, c.auto, c.options)
 
 
 @dataclass
@@ -72,7 +72,7 @@ class RunSpec:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     strategy: str = "jit"
     """A registered strategy (:mod:`jitbench.runtime.strategies`): ``jit``, ``none``,
-    ``periodic:N``, ``periodic-async:N`` or ``periodic:auto``."""
+    ``periodic:N``, ``periodic-async:N``, ``periodic:auto``, ``inmem:N[:disk=M]``, ..."""
     faults: list[FaultSpec] = field(default_factory=list)
     nproc: int = 2
     """Ranks per node."""
@@ -152,6 +152,7 @@ class RunSpec:
         # under ft_launcher hangs are NVRx's to detect (heartbeats), not the runtime's
         off = st.entry.launcher == "ft_launcher"
         return RuntimeConfig(strategy=st.name, interval=st.interval, ckpt_dir=ckpt_dir,
+                             options=st.all_options(),
                              hang_floor_s=NO_HANG_BOUND_S if off else self.hang_floor_s,
                              hang_factor=self.hang_factor,
                              hang_first_s=NO_HANG_BOUND_S if off else self.hang_first_s, run_id=self.fingerprint(),
@@ -201,7 +202,7 @@ class RunSpec:
         if self.spares is not None:
             if st.entry.launcher != "replicas" and self.spares:
                 raise SpecError(f"--spares applies to strategies that replace a failed rank "
-                                f"in process (jit-inprocess), not {self.strategy}")
+                                f"in process (jit-inprocess, inmem), not {self.strategy}")
             if self.spares < 0:
                 raise SpecError(f"--spares must be >= 0, got {self.spares}")
         if st.entry.launcher == "replicas" and self.nnodes > 1:

@@ -217,17 +217,19 @@ def main(argv: list[str]) -> int:
 
 
 def main_inprocess(run_dir: Path, spec: RunSpec) -> int:
-    """A worker of a ``jit-inprocess`` job (:mod:`jitbench.harness.replicas`).
+    """A worker of a job that recovers in process (registry launcher ``replicas``:
+    ``jit-inprocess``, ``inmem``; :mod:`jitbench.harness.replicas`).
 
     Slot ``s < world size`` of a fresh agent starts as rank ``s`` of generation 0;
     the other slots, and every process an agent restarted, build the workload and
-    wait in the spare pool until the membership assigns them a failed rank's place.
+    wait in the spare pool until the membership assigns them a failed rank's place,
+    or a rank of the generation a whole-job restart opened. A spare that finds
+    every rank of the generation gone leads that failure; its ``failure`` and
+    ``membership`` events go to the lost attempt's log as rank -1.
     """
     from jitbench.harness.replicas import ENV_SLOT
     from jitbench.runtime.inprocess.group import InProcessGroup
-    from jitbench.runtime.inprocess.transfer import broadcast_state
     from jitbench.runtime.notice import PeerNotices
-    from jitbench.runtime.strategies.jit_inprocess import receive
 
     world = spec.world_size
     slot = int(os.environ[ENV_SLOT])
@@ -257,18 +259,22 @@ def main_inprocess(run_dir: Path, spec: RunSpec) -> int:
     def release() -> None:
         job.model = None  # DDP holds the old group
 
+    def lost(gen: int, attempt: int, t_wall: float, dec) -> None:
+        log = EventLog(events_path(events_dir, attempt, -1), -1, attempt)
+        log.set_base(gen=gen)
+        log.emit("failure", trigger="lost", in_phase="spare", slot=slot, found_wall=t_wall,
+                 reason=f"every rank of generation {gen} is gone", durable=True)
+        log.emit("membership", "begin", trigger="lost", durable=True)
+        log.emit("membership", "end", new_gen=dec.gen, dead=dec.dead, hung=dec.hung,
+                 source=dec.source, resume_step=dec.resume_step, fallback=dec.fallback,
+                 decided_s=dec.decided_s, spares=[], durable=True)
+        log.close()
+
     rt.strategy.bind(rt, group, new_generation, release)
     rt.add_check(group.check)
     if spare:
         cpu0, t0 = time.process_time(), time.monotonic()
-        def rescued(dec) -> None:  # no member left to decide: this spare decided
-            events.emit("membership", "end", new_gen=dec.gen, dead=dec.dead, hung=dec.hung,
-                        source=dec.source, resume_step=dec.resume_step,
-                        fallback=dec.fallback, decided_s=dec.decided_s, rescued=True,
-                        durable=True)
-
-        got = group.wait_as_spare(prefer_rank=slot if slot < world else None,
-                                  on_rescue=rescued)
+        got = group.wait_as_spare(prefer_rank=slot if slot < world else None, on_lost=lost)
         if got is None:  # the job finished without needing this spare
             # what waiting cost (CPU s, every thread): a spare shares the host with ranks
             events.emit("exit", code=0, cpu_s=time.process_time(),
@@ -291,16 +297,21 @@ def main_inprocess(run_dir: Path, spec: RunSpec) -> int:
         group.join_initial(rank)
     job.attach_faults(rank, group.gen, world,
                       dist.PrefixStore(f"notice/g{group.gen}", group.store))
+    restarted = spare and got.fresh  # a rank of a whole-job restart: init like one
+    if restarted:
+        events.emit("init", "begin")
     group.init_process_group()
+    if restarted:
+        events.emit("init", "end", workload=job.wl.describe())
     if spare and not got.fresh:  # the survivors' collectives, in the same order
         dec = group.members.wait_decision(group.gen - 1, 300.0)
         job.faults.injector.at("restore", dec.resume_step + 1)
         try:
-            receive(rt, group, dec, broadcast_state, source_state=None)
+            rt.strategy.receive(rt, dec)
         except CheckpointError as exc:
             _give_up(events, EXIT_BAD_CHECKPOINT, "restore", exc)
         job.wrap()
-        first = dec.resume_step + 1
+        first = rt.completed + 1  # the step after the state received
     else:
         job.wrap()
         try:

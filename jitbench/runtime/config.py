@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from jitbench import hang
 
@@ -30,6 +30,9 @@ class RuntimeConfig:
     ``auto_probe_step`` steps rank 0 times one real checkpoint (cost ``o``) and sets
     ``interval = round(sqrt(2 o mtbf_s) / step_s)`` (Young 1974; see
     :mod:`jitbench.runtime.interval`)."""
+    options: dict[str, int] = field(default_factory=dict)
+    """The strategy's named options with their defaults filled in (``inmem:N:disk=M``:
+    ``{"disk": M}``; :attr:`jitbench.runtime.strategies.Entry.options`)."""
     auto_probe_step: int = 3
     """``periodic:auto``: steps (after a start or restore) before the probe checkpoint."""
     ckpt_dir: str = "ckpt"

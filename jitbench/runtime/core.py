@@ -243,8 +243,11 @@ class Runtime:
 
     # ------------------------------------------------------------ step loop
     def steps(self, first: int, last: int) -> Iterator[int]:
-        """Step numbers ``first .. last``; a step that the strategy recovered in
-        process (its failure handler returned None) is yielded again."""
+        """Step numbers ``first .. last``. After a step that the strategy recovered in
+        process (its failure handler returned None), the steps continue from the one
+        after the state the recovery left (:attr:`completed` + 1): the failed step
+        again when it resumed from the last boundary, earlier ones when it rolled
+        back to an older copy (``inmem``)."""
         step = first
         while step <= last:
             self._redo = None
@@ -259,6 +262,7 @@ class Runtime:
                 self._save_done.set()
                 self._end_process(code)
                 return
+            step = self._completed + 1
 
     @contextmanager
     def step(self, step: int) -> Iterator[dict]:

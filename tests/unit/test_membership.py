@@ -144,16 +144,19 @@ def test_a_generation_whose_members_are_all_gone_is_rescued_by_a_spare(store):
         store.set(f"g0/member/{r}", f'{{"pid": {_dead_pid()}, "host": "{host}"}}')
     store.add("gen", 1)  # generation 1 was formed; one member has not joined yet
     store.set("g1/member/0", f'{{"pid": {_dead_pid()}, "host": "{host}"}}')
-    assert m.orphaned() is None  # rank 1 may still be joining: not ours to decide
+    assert m.lead_if_lost() is None  # rank 1 may still be joining: not ours to decide
     store.set("g1/member/1", f'{{"pid": {os.getpid()}, "host": "{host}"}}')
-    assert m.orphaned() is None and m.rescue() is None  # a member alive: it decides
+    assert m.lead_if_lost() is None  # a member alive: it decides
     store.set("g1/member/1", f'{{"pid": {_dead_pid()}, "host": "{host}"}}')
-    assert m.orphaned() == 1
+    store.add("done", 1)
+    assert m.lead_if_lost() is None  # ranks that finished training exit too: not a loss
+    store.add("done", -1)
+    assert m.try_lead(1)  # a member took the lead and died before deciding
     sids = [m.register_spare(), m.register_spare()]
-    dec = m.rescue()
+    dec = m.lead_if_lost()
     assert dec is not None and dec.gen == 2 and dec.dead == [0, 1] and dec.source is None
     assert "every member of generation 1 is gone" in dec.fallback
-    assert m.rescue() is None and m.orphaned() is None  # decided once
+    assert m.lead_if_lost() is None  # decided once
     claims = [m.wait_assignment(sid, timeout_s=2) for sid in sids]
     assert sorted(c.rank for c in claims) == [0, 1]
     assert all(c.fresh and c.gen == 2 and c.attempt == 1 for c in claims)

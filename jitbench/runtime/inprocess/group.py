@@ -50,18 +50,14 @@ class InProcessGroup:
 
     def __init__(self, address: str, world_size: int, backend: str, pg_timeout_s: float,
                  report_window_s: float = 1.0, spare_wait_s: float = 120.0) -> None:
-        host, _, port = address.rpartition(":")
+        self.address = address
+        """``host:port`` of the membership store."""
         self.world_size = world_size
         self.backend = backend
         self.pg_timeout_s = pg_timeout_s
-
-        def client() -> Any:
-            return dist.TCPStore(host, int(port), is_master=False, wait_for_workers=False,
-                                 timeout=timedelta(seconds=max(60.0, pg_timeout_s)))
-
-        self.store = client()
+        self.store = self.client()
         self.members = Membership(self.store, world_size, report_window_s, spare_wait_s)
-        self._watch = Membership(client(), world_size, report_window_s, spare_wait_s)
+        self._watch = Membership(self.client(), world_size, report_window_s, spare_wait_s)
         self.gen = 0
         self.rank = -1
         self.spare_id: int | None = None
@@ -69,6 +65,16 @@ class InProcessGroup:
         self.state_ok: Callable[[], bool] = lambda: True
         self.completed: Callable[[], int] = lambda: 0
         self.posted: Callable[[], int] = lambda: 0
+
+    def client(self) -> Any:
+        """A new client of the membership store (one connection: one per thread).
+
+        Raises:
+            RuntimeError: the store cannot be reached (torch's message).
+        """
+        host, _, port = self.address.rpartition(":")
+        return dist.TCPStore(host, int(port), is_master=False, wait_for_workers=False,
+                             timeout=timedelta(seconds=max(60.0, self.pg_timeout_s)))
 
     def membership(self, main_thread: bool) -> Membership:
         """The membership client of the calling thread (main or watchdog)."""
@@ -81,13 +87,16 @@ class InProcessGroup:
         self.members.join(0, rank)
 
     def wait_as_spare(self, prefer_rank: int | None = None, poll_s: float = 0.02,
-                      on_rescue: Callable[[Decision], None] | None = None
+                      on_lost: Callable[[int, int, float, Decision], None] | None = None
                       ) -> Assignment | None:
         """Enter the spare pool and block until assigned; None when the job is over.
 
-        While waiting it rescues a generation whose members are all gone
-        (:meth:`Membership.rescue`; ``on_rescue`` is told the decision), so the pool
-        claims the generation that restarts from the checkpoints."""
+        While waiting it watches for a generation whose members are all gone
+        (:meth:`Membership.lead_if_lost`); when it leads that failure it calls
+        ``on_lost(gen, attempt, t_wall, decision)`` (``attempt``: the whole-job
+        restarts before it, ``t_wall``: when the loss was found, s since the epoch)
+        and then claims a rank of the restarted generation like every spare.
+        """
         self.spare_id = self.members.register_spare(prefer_rank)
         while True:
             got = self.members.wait_assignment(self.spare_id, timeout_s=poll_s * 10)
@@ -97,9 +106,10 @@ class InProcessGroup:
                 return got
             if self.members._has(SHUTDOWN_KEY):
                 return None
-            dec = self.members.rescue()
-            if dec is not None and on_rescue is not None:
-                on_rescue(dec)
+            attempt, t_wall = self.members._add("restarts", 0), time.time()
+            dec = self.members.lead_if_lost(DONE_KEY)
+            if dec is not None and on_lost is not None:
+                on_lost(dec.gen - 1, attempt, t_wall, dec)
             time.sleep(poll_s)
 
     def init_process_group(self) -> None:

@@ -35,11 +35,11 @@ Protocol (one failure, generation ``g`` to ``g+1``):
    builds its process group on ``pg/g<g+1>`` and receives the state from the
    source (:mod:`jitbench.runtime.inprocess.transfer`).
 
-When every member of a generation is gone before any of them could decide (a
-rank that failed in its own step left, and the last one was killed before a
-replacement joined), nobody is left to lead: a spare waiting in the pool
-notices that no member of the current generation is alive
-(:meth:`Membership.rescue`) and decides in their place, which finds no survivor.
+When every member of a generation is gone at once (a compound fault killing
+all of them), no member is left to post the failure: a process waiting in the
+spare pool that finds every member's pid gone on this host, before any member
+finished training, posts it and leads (:meth:`Membership.lead_if_lost`); the
+decision is a fallback, as below.
 
 When no survivor is left, or every rank posted the same collective on a hang
 (the culprit cannot be named), the decision carries ``fallback`` with the
@@ -286,7 +286,7 @@ class Membership:
         survivors = {r: rep for r, rep in reps.items() if r not in hung}
         holders = {r: rep for r, rep in survivors.items() if rep.step_done >= 0}
         fallback = None
-        if not survivors and trigger == "gone":
+        if not survivors and trigger == "lost":
             fallback = f"every member of generation {gen} is gone (no replica survived)"
         elif not survivors:
             fallback = "no healthy replica reported"
@@ -353,30 +353,42 @@ class Membership:
             time.sleep(poll_s)
         return Decision.from_json(self._get(key))
 
-    def orphaned(self) -> int | None:
-        """The current generation if every one of its members is known to be gone (a
-        process of this host whose pid is dead) and none decided its successor; None
-        otherwise (a member alive, not yet joined, or on another host)."""
-        gen = self.generation()
-        if self._has(f"g{gen}/decision"):
-            return None
-        if any(_alive_here(self.member(gen, r)) is not False for r in range(self.world_size)):
-            return None
-        return gen
+    def members_of(self, gen: int) -> dict[int, dict[str, Any]]:
+        """rank -> ``{"pid", "host", ...}`` of the members of ``gen`` known so far: those
+        the decision that formed it named, else those that joined it."""
+        if gen > 0 and self._has(f"g{gen - 1}/decision"):
+            dec = Decision.from_json(self._get(f"g{gen - 1}/decision"))
+            if dec.fallback is None:
+                return dec.members
+        return {r: m for r in range(self.world_size) if (m := self.member(gen, r)) is not None}
 
-    def rescue(self) -> Decision | None:
-        """Decide for an :meth:`orphaned` generation (exactly one caller does): with no
-        member left to report, the decision falls back to the checkpoints and opens the
-        next generation for claims. None when there is nothing to rescue.
+    def lead_if_lost(self, done_key: str = "done") -> Decision | None:
+        """Lead the current generation's failure when every one of its members is gone.
+
+        Called by a process waiting in the spare pool. The generation counts as lost
+        when all ``world_size`` ranks are known (:meth:`members_of`), every one's pid
+        is gone from this host, no decision was made for it yet, and no rank has
+        finished training (``done_key`` is 0: ranks that finished also exit).
+
+        Returns:
+            The decision (a fallback: no healthy replica reported) when this caller
+            led it, else None.
 
         Raises:
             MembershipError: the store failed.
         """
-        gen = self.orphaned()
-        if gen is None or self._add(f"g{gen}/rescue", 1) != 1:
+        gen = self.generation()
+        if self._has(f"g{gen}/decision") or self._add(done_key, 0) > 0:
             return None
-        if self.failure_posted(gen) is None:
-            self.post_failure(gen, -1, "gone", f"every member of generation {gen} is gone")
+        members = self.members_of(gen)
+        if len(members) < self.world_size or any(_alive_here(m) is not False
+                                                 for m in members.values()):
+            return None
+        # every member is gone, so none is deciding: the first spare to count decides
+        # (not try_lead: a member may have taken the lead and died before deciding)
+        if self._add(f"g{gen}/rescue", 1) != 1:
+            return None
+        self.post_failure(gen, -1, "lost", f"every rank of generation {gen} is gone")
         return self.decide(gen)
 
     # -- spares ----------------------------------------------------------------------------

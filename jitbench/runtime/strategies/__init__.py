@@ -10,7 +10,9 @@ Adding a strategy is one new module plus one :data:`REGISTRY` line.
 
 A strategy is written ``NAME`` or ``NAME:ARG`` on the command line, where ARG
 is an interval in steps (``periodic:10``) or ``auto`` where the entry allows it
-(``periodic:auto``, the Young/Daly interval).
+(``periodic:auto``, the Young/Daly interval), followed by the entry's named
+integer options, each ``:KEY=VALUE`` (``inmem:2:disk=5``; an option left out
+takes the entry's default).
 """
 
 from __future__ import annotations
@@ -68,6 +70,13 @@ class Entry:
     """``interval="optional"``: the interval when ``NAME`` is given without ``:N``."""
     unsupported_faults: tuple[tuple[str, str], ...] = ()
     """``(fault kind, why)`` pairs refused up front for this strategy."""
+    options: tuple[tuple[str, int, str], ...] = ()
+    """Named integer options, ``(key, default, meaning)``, written ``NAME:N:KEY=VALUE``
+    (each value >= 1); the strategy reads them from ``RuntimeConfig.options``."""
+
+    def default_options(self) -> dict[str, int]:
+        """``{key: default}`` of :attr:`options`."""
+        return {k: v for k, v, _ in self.options}
 
 
 _NO_CKPT_FILES = tuple((k, "torchft writes no checkpoint files (a replacement heals from a "
@@ -114,6 +123,17 @@ REGISTRY: dict[str, Entry] = {e.name: e for e in (
           "instead of heartbeats; checkpoint every N steps (nvrx-sections = nvrx-sections:5)",
           interval="optional", default_interval=5, replay_bound="interval", writes="rank0",
           launcher="ft_launcher", requires=("nvidia_resiliency_ext",), extra="peers"),
+    Entry("inmem", "jitbench.runtime.strategies.inmem:InMemory",
+          "in-memory checkpoints (Gemini-style): every N steps a copy of the state in the "
+          "rank's own host memory and a peer's; recovery in process from a surviving copy, "
+          "from disk (every M copies) when none survives", interval="required",
+          replay_bound="interval", writes="rank0", launcher="replicas",
+          promise="a recovery from memory replays exactly the steps since the last "
+                  "in-memory copy (at most N), bitwise; a recovery from disk (no copy "
+                  "survived) the steps since the last committed disk checkpoint",
+          options=(("disk", 10, "a disk checkpoint every M in-memory copies (jitbench's "
+                                "default; Gemini leaves persistent storage to a lower, "
+                                "unspecified frequency)"),)),
 )}
 
 
@@ -127,15 +147,24 @@ class Choice:
     """Steps between checkpoints (0: none, or chosen at run time with ``auto``)."""
     auto: bool = False
     """``NAME:auto``: the interval is the Young/Daly optimum, chosen at run time."""
+    options: tuple[tuple[str, int], ...] = ()
+    """Options given that differ from the entry's defaults, ``(key, value)`` sorted by
+    key (so ``inmem:2`` and ``inmem:2:disk=10`` are one choice)."""
 
     @property
     def entry(self) -> Entry:
         return REGISTRY[self.name]
 
+    def all_options(self) -> dict[str, int]:
+        """Every option of the entry: the defaults, overridden by those given."""
+        return {**self.entry.default_options(), **dict(self.options)}
+
     def __str__(self) -> str:
         if self.auto:
-            return f"{self.name}:auto"
-        return f"{self.name}:{self.interval}" if self.interval else self.name
+            head = f"{self.name}:auto"
+        else:
+            head = f"{self.name}:{self.interval}" if self.interval else self.name
+        return head + "".join(f":{k}={v}" for k, v in self.options)
 
 
 def names() -> list[str]:
@@ -147,38 +176,68 @@ def usage() -> str:
     """The accepted forms, for messages and ``--help`` (``jit, none, periodic:N, ...``)."""
     forms = []
     for e in REGISTRY.values():
+        opts = "".join(f"[:{k}={k[0].upper()}]" for k, _, _ in e.options)
         if e.interval == "none":
-            forms.append(e.name)
+            forms.append(e.name + opts)
         elif e.interval == "optional":
-            forms += [e.name, f"{e.name}:N"]
+            forms += [e.name + opts, f"{e.name}:N{opts}"]
         else:
-            forms.append(f"{e.name}:N")
+            forms.append(f"{e.name}:N{opts}")
             if e.interval == "auto":
                 forms.append(f"{e.name}:auto")
     return ", ".join(forms)
 
 
 def parse(text: str) -> Choice:
-    """Parse a strategy's command-line form (``jit``, ``periodic:10``, ``periodic:auto``).
+    """Parse a strategy's command-line form (``jit``, ``periodic:10``, ``periodic:auto``,
+    ``inmem:2:disk=5``).
 
     Raises:
-        SpecError: an unknown name, a missing, extra or non-positive interval (one line).
+        SpecError: an unknown name, a missing, extra or non-positive interval, an
+            option the entry does not take, given twice or below 1 (one line).
     """
     t = str(text).strip().lower()
-    m = re.fullmatch(r"([a-z][a-z0-9_-]*)(?::([0-9]+|auto))?", t)
+    m = re.fullmatch(r"([a-z][a-z0-9_-]*)(?::([0-9]+|auto))?((?::[a-z_]+=[^:]*)*)", t)
     entry = REGISTRY.get(m[1]) if m else None
     if entry is not None:
         arg = m[2]
+        options = _parse_options(entry, m[3], text)
+        choice = None
         if entry.interval == "none" and arg is None:
-            return Choice(entry.name)
-        if entry.interval == "optional" and arg is None:
-            return Choice(entry.name, entry.default_interval)
-        if entry.interval != "none" and arg is not None:
+            choice = Choice(entry.name)
+        elif entry.interval == "optional" and arg is None:
+            choice = Choice(entry.name, entry.default_interval)
+        elif entry.interval != "none" and arg is not None:
             if arg == "auto" and entry.interval == "auto":
-                return Choice(entry.name, 0, auto=True)
-            if arg != "auto" and int(arg) >= 1:
-                return Choice(entry.name, int(arg))
+                choice = Choice(entry.name, 0, auto=True)
+            elif arg != "auto" and int(arg) >= 1:
+                choice = Choice(entry.name, int(arg))
+        if choice is not None:
+            return Choice(choice.name, choice.interval, choice.auto, options)
     raise SpecError(f"unknown strategy {text!r}; use {usage()} (N >= 1)")
+
+
+def _parse_options(entry: Entry, text: str, given: str) -> tuple[tuple[str, int], ...]:
+    """The ``:KEY=VALUE`` options of ``entry`` in ``text`` that differ from its defaults.
+
+    Raises:
+        SpecError: a key the entry does not take, a key given twice, a value that is
+            not an integer >= 1 (one line).
+    """
+    defaults = entry.default_options()
+    got: dict[str, int] = {}
+    for item in filter(None, text.split(":")):
+        key, _, value = item.partition("=")
+        if key not in defaults:
+            takes = ", ".join(f"{k}=N" for k in defaults) or "no options"
+            raise SpecError(f"strategy {given!r}: {entry.name} takes {takes}, not {key!r}")
+        if key in got:
+            raise SpecError(f"strategy {given!r}: option {key} given twice")
+        if not re.fullmatch(r"[0-9]+", value) or int(value) < 1:
+            raise SpecError(f"strategy {given!r}: {key} must be an integer >= 1, "
+                            f"got {value!r}")
+        got[key] = int(value)
+    return tuple(sorted((k, v) for k, v in got.items() if v != defaults[k]))
 
 
 def load(name: str) -> type[Any]:

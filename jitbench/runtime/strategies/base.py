@@ -38,18 +38,20 @@ was built with (the facade's own: ``periodic:auto`` writes the interval it
 chose into it, and every checkpoint's manifest records it).
 
 Adding a strategy is one module holding one subclass plus one registry line.
-Two planned ones, and the hooks they use:
+Two that recover in process, and the hooks they use (both build on
+:class:`~jitbench.runtime.strategies.jit_inprocess.InProcessRecovery`, which
+implements ``on_failure`` and ``before_redo``):
 
-- ``inmem:N`` (copies of the state in a peer's host memory every N steps):
-  ``at_boundary`` sends :meth:`Runtime.boundary_state` to its peer every N
-  steps; ``restore_from`` fetches the newest copy a peer holds (the same step
-  on every rank) before the directory is read.
 - ``jit-inprocess`` (survivors keep their processes): ``snapshot_each_step``
-  like ``jit``; ``on_failure`` writes the backstop JIT part
-  (:meth:`Runtime.consistent_state`, :meth:`Runtime.write_checkpoint`),
-  re-forms the process group, feeds the newcomer and returns None: the
-  facade then neither exits nor ends the step, and :meth:`Runtime.steps`
-  yields the failed step again.
+  like ``jit``; ``on_failure`` agrees on the new membership, ``before_redo``
+  re-forms the process group and feeds the newcomer the current boundary,
+  then :meth:`Runtime.steps` yields the failed step again; the JIT part is
+  written after the transfer, in the background, as the backstop.
+- ``inmem:N`` (copies of the state in a peer's host memory every N steps):
+  ``at_boundary`` copies :meth:`Runtime.boundary_state` every N steps and sends
+  it to its peer in the background; ``on_restore`` copies the restored state;
+  after a failure every member adopts the newest surviving copy and
+  :meth:`Runtime.steps` continues from the step after it.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ class Loaded:
     step: int
     """Optimizer steps completed in ``state``."""
     kind: str
-    """What it is, as restore events report it (e.g. ``inmem``)."""
+    """What it is, as restore events report it (e.g. ``memory``: an in-memory copy)."""
     source: str
     """Where it came from (e.g. the peer's rank), for the restore event."""
 

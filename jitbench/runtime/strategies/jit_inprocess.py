@@ -26,11 +26,23 @@ failure every survivor still holds the state of the last iteration boundary
 
 The worker binds the job's :class:`~jitbench.runtime.inprocess.group.InProcessGroup`
 and a callback that rebuilds what wraps the process group (DDP, whose reducer
-an aborted backward leaves mid-reduction) with :meth:`JitInProcess.bind`.
+an aborted backward leaves mid-reduction) with :meth:`InProcessRecovery.bind`.
+
+:class:`InProcessRecovery` is the protocol itself (membership, re-forming,
+transfer), with the points where a strategy differs as methods: which state a
+rank holds and reports (:meth:`~InProcessRecovery.held_step`), the state the
+source sends (:meth:`~InProcessRecovery.source_state`), what follows the
+transfer (:meth:`~InProcessRecovery.after_transfer`) and what a rank that
+cannot recover in process does (:meth:`~InProcessRecovery.leave_job`).
+``jit-inprocess`` (:class:`JitInProcess`) resumes from the current boundary
+and keeps the JIT checkpoint as its backstop; ``inmem``
+(:mod:`jitbench.runtime.strategies.inmem`) rolls back to its last in-memory
+copy.
 
 Events: ``membership`` begin/end (dead, hung, source, fallback, decided_s),
 ``reform`` begin/end (generation), ``transfer`` begin/end (bytes, source),
-``restore`` begin/end with kind ``peer`` on every member that adopted the state.
+``restore`` begin/end with kind ``peer`` (``inmem``: ``memory``) on every
+member that adopted the state.
 """
 
 from __future__ import annotations
@@ -38,9 +50,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
-from jitbench.runtime.strategies.base import Loaded
+from jitbench.runtime.config import EXIT_FAILURE
+from jitbench.runtime.strategies.base import Loaded, Strategy
 from jitbench.runtime.strategies.jit import JustInTime
 
 if TYPE_CHECKING:
@@ -48,7 +61,7 @@ if TYPE_CHECKING:
     from jitbench.runtime.inprocess.group import InProcessGroup
     from jitbench.runtime.inprocess.membership import Decision, Membership
 
-__all__ = ["EXIT_EVICTED", "JitInProcess", "PEER_TRIGGERS"]
+__all__ = ["EXIT_EVICTED", "InProcessRecovery", "JitInProcess", "PEER_TRIGGERS", "receive"]
 
 PEER_TRIGGERS = ("collective_error", "hang", "notice")
 """Failure triggers that mean a *peer* failed: this rank stays and recovers in process.
@@ -66,18 +79,20 @@ MAX_REFORMS = 8
 job falls back to its JIT checkpoint."""
 
 
-class JitInProcess(JustInTime):
-    """In-process JIT recovery (see the module docstring)."""
+class InProcessRecovery(Strategy):
+    """In-process recovery (see the module docstring); subclasses choose the state.
 
-    name = "jit-inprocess"
-    snapshot_each_step = True
+    Class attribute ``restored_kind``: the ``kind`` of the restore events of an
+    adopted state (``peer``: a replica's live boundary).
+    """
+
+    restored_kind: ClassVar[str] = "peer"
 
     def __init__(self, config) -> None:
         super().__init__(config)
         self.group: InProcessGroup | None = None
         self.rebuild: Callable[[], None] = lambda: None
         self.release: Callable[[], None] = lambda: None
-        self.backstop: threading.Thread | None = None
         self.pending: Decision | None = None
         self.recoveries = 0
 
@@ -87,22 +102,50 @@ class JitInProcess(JustInTime):
         holds the old process group (the DDP wrapper) before it is destroyed, so its
         connections close and a peer still blocked in the old collective returns;
         ``rebuild()`` wraps the model again on the new group. The group's reports
-        read ``rt``'s boundary and last posted collective."""
+        read :meth:`holds_state`, :meth:`held_step` and ``rt``'s last posted
+        collective."""
         self.group = group
         self.rebuild = rebuild
         self.release = release
-        group.state_ok = lambda: _consistent(rt)
-        group.completed = lambda: rt.completed
+        group.state_ok = lambda: self.holds_state(rt)
+        group.completed = lambda: self.held_step(rt)
         group.posted = lambda: rt.posted
+
+    # ------------------------------------------------- what subclasses choose
+    def holds_state(self, rt: Runtime) -> bool:
+        """This rank holds a consistent state it could send as the source (asked after
+        a failure, from any thread). Default: the live state equals its boundary."""
+        return _consistent(rt)
+
+    def held_step(self, rt: Runtime) -> int:
+        """The step of that state (the report's ``step_done``; the leader picks the
+        highest). Default: the live boundary."""
+        return rt.completed
+
+    def source_state(self, rt: Runtime, dec: Decision) -> dict:
+        """On the source: ``{"state", "manifest", "step"}`` to send (the tensors may be
+        adopted by every member as they are: a copy whose tensors nothing else
+        writes, or the live state). Default: the live boundary."""
+        return {"state": rt.boundary.assemble(rt.completed, rt.boundary.snapshot),
+                "manifest": {"meta": rt.manifest_meta()}, "step": rt.completed,
+                "source": f"rank {rt.rank}"}
+
+    def after_transfer(self, rt: Runtime, dec: Decision) -> None:
+        """Every member, after it adopted the state (newcomers included)."""
+
+    def leave_job(self, rt: Runtime, trigger: str, phase: str) -> int:
+        """This rank cannot recover in process (it failed itself, or the membership
+        fell back): returns its exit status. Default: :data:`EXIT_FAILURE`."""
+        return EXIT_FAILURE
 
     # ------------------------------------------------------------------ failure
     def on_failure(self, rt: Runtime, trigger: str, phase: str) -> int | None:
         """Agree on the new membership; None: recover in process (the main thread
-        re-forms in :meth:`before_redo`), else an exit status (the JIT part saved)."""
+        re-forms in :meth:`before_redo`), else an exit status (:meth:`leave_job`)."""
         g = self.group
         if g is None or trigger not in PEER_TRIGGERS:
-            # not bound (no membership store), or this rank itself fails: plain jit
-            return super().on_failure(rt, trigger, phase)
+            # not bound (no membership store), or this rank itself fails
+            return self.leave_job(rt, trigger, phase)
         main = threading.current_thread() is threading.main_thread()
         m = g.membership(main)
         error = str(rt.failure_info.get("error", "")).lower()
@@ -168,13 +211,11 @@ class JitInProcess(JustInTime):
     def _leave(self, rt: Runtime, dec: Decision, trigger: str, phase: str) -> int:
         if rt.rank in dec.hung or (dec.fallback is None and rt.rank not in dec.members):
             return EXIT_EVICTED
-        # no in-process recovery: the JIT checkpoint, then a whole-job restart
-        return super().on_failure(rt, trigger, phase)
+        # no in-process recovery: the strategy's own way out, then a whole-job restart
+        return self.leave_job(rt, trigger, phase)
 
     def _reform(self, rt: Runtime, dec: Decision) -> None:
         """Build generation ``dec.gen``'s process group and take the source's state."""
-        from jitbench.runtime.inprocess.transfer import broadcast_state
-
         g = self.group
         rt.events.emit("reform", "begin", new_gen=dec.gen, durable=True)
         t0 = time.monotonic()
@@ -185,19 +226,36 @@ class JitInProcess(JustInTime):
         g.init_process_group()
         rt.events.set_base(gen=dec.gen)
         rt.events.emit("reform", "end", dur_s=time.monotonic() - t0, durable=True)
-        receive(rt, g, dec, broadcast_state, source_state=self._source_state(rt, dec))
+        self.receive(rt, dec, self.source_state(rt, dec) if rt.rank == dec.source else None)
         self.recoveries += 1
         self.rebuild()
-        self._write_backstop(rt, dec)
 
-    @staticmethod
-    def _source_state(rt: Runtime, dec: Decision) -> dict | None:
-        if rt.rank != dec.source:
-            return None
-        return {"state": rt.boundary.assemble(rt.completed, rt.boundary.snapshot),
-                "manifest": {"meta": rt.manifest_meta()}, "step": rt.completed}
+    def receive(self, rt: Runtime, dec: Decision, source_state: dict | None = None) -> None:
+        """Take part in the transfer of ``dec``'s state (the source passes its
+        :meth:`source_state`, every other member None), adopt it, then
+        :meth:`after_transfer`. A newcomer calls it after joining ``dec.gen``."""
+        from jitbench.runtime.inprocess.transfer import broadcast_state
 
-    def _write_backstop(self, rt: Runtime, dec: Decision) -> None:
+        receive(rt, self.group, dec, broadcast_state, source_state, kind=self.restored_kind)
+        self.after_transfer(rt, dec)
+
+
+class JitInProcess(InProcessRecovery, JustInTime):
+    """In-process JIT recovery (see the module docstring): the survivors resume from
+    their current boundary; the JIT checkpoint is the backstop."""
+
+    name = "jit-inprocess"
+    snapshot_each_step = True
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.backstop: threading.Thread | None = None
+
+    def leave_job(self, rt: Runtime, trigger: str, phase: str) -> int:
+        """Save this rank's JIT part and leave, as under ``jit``."""
+        return JustInTime.on_failure(self, rt, trigger, phase)
+
+    def after_transfer(self, rt: Runtime, dec: Decision) -> None:
         """The source writes its JIT part of the resumed boundary from a copy, in a thread."""
         if rt.rank != dec.source:
             return
@@ -228,9 +286,10 @@ class JitInProcess(JustInTime):
 
 
 def receive(rt: Runtime, g: InProcessGroup, dec: Decision, broadcast_state,
-            source_state: dict | None) -> None:
-    """Take part in the transfer of ``dec``'s boundary state and adopt it (every member,
-    the source included: its RNG, scheduler and data position return to the boundary)."""
+            source_state: dict | None, kind: str = "peer") -> None:
+    """Take part in the transfer of ``dec``'s state and adopt it (every member, the
+    source included: its RNG, scheduler and data position return to that state);
+    the restore events carry ``kind`` and the source's ``source`` label."""
     rt.events.emit("transfer", "begin", source=dec.source, durable=True)
     t0 = time.monotonic()
     got, nbytes = broadcast_state(source_state, src=dec.source)
@@ -238,8 +297,8 @@ def receive(rt: Runtime, g: InProcessGroup, dec: Decision, broadcast_state,
                    dur_s=time.monotonic() - t0, durable=True)
     # the source's own boundary: it may have completed a step since it reported (a
     # hang declared by the watchdog while the collective was only slow)
-    rt.adopt(Loaded(got["state"], got["manifest"], int(got["step"]), "peer",
-                    f"rank {dec.source}"))
+    rt.adopt(Loaded(got["state"], got["manifest"], int(got["step"]), kind,
+                    str(got.get("source") or f"rank {dec.source}")))
     opt = rt.boundary.reg.optimizer
     if opt is not None:
         opt.zero_grad(set_to_none=True)
