@@ -89,19 +89,26 @@ def ft_launcher_args(spec: RunSpec) -> list[str]:
             "--ft-enable-nic-monitor", "false", "--ft-log-level", "INFO"]
 
 
+AGENT_LOGS = "agent_logs"
+"""Folder of a run directory that holds the elastic agents' own log directories (the
+workers' error files per attempt). Without ``--log-dir`` every agent makes a
+``torchelastic_*`` directory in the system temp directory and leaves it there."""
+
+
 def torchrun_args(nproc: int, nnodes: int, max_restarts: int, run_dir: Path,
                   rdzv_endpoint: str | None = None, rdzv_id: str = "jitbench") -> list[str]:
     """The options of ``torch.distributed.run`` (torchrun) for one node's agent:
     ``--standalone`` (a c10d rendezvous on a port the OS picks) for one node, else
     the c10d rendezvous at ``rdzv_endpoint`` with the id ``RDZV_ID-RUN_DIR_NAME``;
-    ``nproc`` workers per node, the restart budget and a 0.1 s monitor interval."""
+    ``nproc`` workers per node, the restart budget, a 0.1 s monitor interval and the
+    agent's log directory inside the run directory (:data:`AGENT_LOGS`)."""
     if rdzv_endpoint:
         out = ["--nnodes", str(nnodes), "--rdzv-backend", "c10d",
                "--rdzv-endpoint", rdzv_endpoint, "--rdzv-id", f"{rdzv_id}-{run_dir.name}"]
     else:
         out = ["--standalone", "--nnodes", "1"]
     return out + ["--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts),
-                  "--monitor-interval", "0.1"]
+                  "--monitor-interval", "0.1", "--log-dir", str(run_dir / AGENT_LOGS)]
 
 
 def agent_command(spec: RunSpec, run_dir: Path) -> list[str]:

@@ -39,6 +39,7 @@ from jitbench.harness.launch import (
     held_signals,
     reap,
     stop_agent,
+    torchrun_args,
 )
 from jitbench.harness.spec import RunSpec
 
@@ -54,9 +55,8 @@ def replica_command(spec: RunSpec, run_dir: Path,
                     worker: str = "jitbench.harness.worker") -> list[str]:
     """The ``torch.distributed.run`` command line of one replica's (or spare's) agent,
     running the module ``worker`` (one process, its own standalone rendezvous)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-            "--nproc-per-node", "1", "--max-restarts", str(spec.max_restarts),
-            "--monitor-interval", "0.1", "-m", worker, str(run_dir)]
+    return [sys.executable, "-m", "torch.distributed.run",
+            *torchrun_args(1, 1, spec.max_restarts, run_dir), "-m", worker, str(run_dir)]
 
 
 def launch_replicas(spec: RunSpec, run_dir: Path, progress: Callable[[dict], None] | None = None,

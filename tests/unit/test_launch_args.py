@@ -97,3 +97,19 @@ def test_spec_round_trips(tmp_path):
     back = ScriptSpec.load(tmp_path / "spec.json")
     assert back == spec and back.without_faults().faults == []
     assert back.training_key() == spec.without_faults().training_key()
+
+
+def test_every_agent_keeps_its_logs_in_the_run_directory(tmp_path):
+    """Without --log-dir every elastic agent leaves a torchelastic_* directory in the
+    system temp directory (1,643 of them had piled up on the development machine)."""
+    from jitbench.harness.launch import AGENT_LOGS, agent_command, torchrun_args
+    from jitbench.harness.replicas import replica_command
+    from jitbench.harness.spec import RunSpec
+
+    run_dir = tmp_path / "run"
+    want = ["--log-dir", str(run_dir / AGENT_LOGS)]
+    spec = RunSpec()
+    for cmd in (torchrun_args(2, 1, 3, run_dir), agent_command(spec, run_dir),
+                replica_command(spec, run_dir)):
+        i = cmd.index("--log-dir")
+        assert cmd[i:i + 2] == want
