@@ -316,3 +316,48 @@ def test_a_resumed_run_is_not_compared_sample_by_sample():
     assert resumed_step([restore(0, 8), restore(1, 12)]) == 8
     assert resumed_step([restore(0, 0), restore(1, 12)]) == 0
     assert resumed_step([]) == 0
+
+
+def test_a_full_filesystem_met_by_the_runtime_reaches_the_cause(tmp_path, capfd):
+    """The real write path of a periodic save, with the I/O hook raising ENOSPC as
+    write(2) does on a full filesystem (FillFilesystem's emulation, installed here
+    without any fault): the failure event carries the errno, the run's own-failure
+    cause names rank, operation, step and OS error, stderr (agent.log) says it, and
+    no partial part is visible."""
+    from jitbench.runtime.config import RuntimeConfig
+    from jitbench.runtime.core import Runtime
+    from jitbench.runtime.events import EventLog, read_events
+
+    def full(op, path, done, total):
+        if op == "write" and path.name.startswith("periodic_step00000008"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    exits: list[int] = []
+    ck = tmp_path / "ckpt"
+    rt = Runtime(RuntimeConfig(strategy="periodic", interval=10**9, ckpt_dir=str(ck),
+                               hang_first_s=600),
+                 EventLog(tmp_path / "events" / "attempt000_rank00000.jsonl", 0, 0),
+                 rank=0, world_size=1, exit_fn=exits.append)
+    prev = ckpt.set_io_hook(full)
+    try:
+        model = torch.nn.Linear(2, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        rt.register(model, opt)
+        rt.restore()
+        for step in range(1, 9):
+            with rt.step(step):
+                model(torch.ones(1, 2)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+            if step % 4 == 0:
+                rt.save_periodic(step)
+    finally:
+        ckpt.set_io_hook(prev)
+        rt.close()
+    assert exits == [76] and [p.step for p in ckpt.list_parts(ck)] == [4]
+    assert not list(ck.glob("*.tmp")) and not (ck / "periodic_step00000008_rank00000.pt").exists()
+    evs = read_events(tmp_path / "events")
+    (own,) = phases.own_failures(evs)
+    assert own["errno"] == errno.ENOSPC and own["kind"] == "storage_error"
+    assert own["cause"] == "rank 0: checkpoint write at step 8 failed: No space left on device"
+    assert "No space left on device" in capfd.readouterr().err
