@@ -33,11 +33,14 @@ Rows (``scope``, ``phase``):
 0, 1, ...; an episode is an attempt, and within it a generation ``gen`` of an
 in-process-recovering job, in which a fault that fails the job fired; its
 first such fault starts it; faults with ``fails_job: false``, such as
-``slow``, start none). Recovery happens in the next attempt (a whole-job
+``slow``, start none; in a unit where no failing fault fired, a rank's own
+failure starts it: a failed checkpoint write, an exception in its step, a hang,
+a restore or workload that gave up, :func:`own_failures`). Recovery happens in the next attempt (a whole-job
 restart) or, when the survivors' ``membership`` decision formed a new
 generation, in that generation of the same attempt (in process)
     ``fault`` (point: ``t0 = t1`` the injection, ``rank``/``step``/``kind`` of
-    the fault); ``detect`` (fault -> first ``failure`` event of a survivor, a
+    the fault; for an own failure its first event and its kind, e.g.
+    ``storage_error``); ``detect`` (fault -> first ``failure`` event of a survivor, a
     rank no failing fault of the episode hit, else of any rank; ``trigger``);
     ``save`` (the slowest rank's JIT save of the attempt, else the last
     periodic, async or disk save that ended before the fault, else a row with
@@ -66,8 +69,9 @@ from pathlib import Path
 
 from jitbench.runtime.events import read_events as _read_events
 
-__all__ = ["COLUMNS", "PHASES_FILE", "clock", "derive", "episode_events", "gen_of", "load",
-           "read_events", "write"]
+__all__ = ["COLUMNS", "PHASES_FILE", "ROOT_TRIGGERS", "clock", "derive", "describe",
+           "episode_events", "failing_faults", "failure_starts", "gen_of", "load",
+           "own_failures", "read_events", "write"]
 
 PHASES_FILE = "phases.parquet"
 COLUMNS = ("scope", "phase", "failure", "attempt", "gen", "rank", "kind", "step", "part", "ok",
@@ -171,6 +175,79 @@ def failing_faults(evs: list[dict]) -> list[dict]:
     return out
 
 
+ROOT_TRIGGERS = ("storage_error", "exception", "hang")
+"""``failure`` triggers that name a rank's own failure (a peer's death shows as
+``collective_error``, ``notice`` or ``sigterm`` on the others)."""
+OWN_WHERE = {"restore": "restore_error", "workload": "input_error"}
+"""``error`` events (a worker giving up, :mod:`jitbench.harness.worker`) that are a
+rank's own failure, by ``where``, and the kind they are reported as."""
+
+
+def describe(e: dict) -> str:
+    """One line naming a rank's own failure from its ``failure`` or ``error`` event:
+    rank, operation, step and the OS error or exception, e.g. ``rank 0: checkpoint
+    write at step 8 failed: No space left on device`` (the OS error's text from its
+    ``errno`` when the event has one)."""
+    import os
+
+    rank, step = e.get("rank"), e.get("step")
+    err = e.get("errno")
+    reason = (os.strerror(err) if isinstance(err, int) and err > 0
+              else str(e.get("error") or e.get("reason") or e.get("trigger") or "unknown"))
+    if e["event"] == "error":
+        what = {"restore": "restoring the checkpoint", "workload": "building the workload "
+                "(data, options)"}.get(e.get("where"), str(e.get("where")))
+        return f"rank {rank}: {what} failed: {reason}"
+    trigger = e.get("trigger")
+    if trigger == "storage_error":
+        return f"rank {rank}: checkpoint write at step {step} failed: {reason}"
+    if trigger == "hang":
+        return (f"rank {rank}: step {step} made no progress for {e.get('waited_s', 0):.1f} s "
+                f"(hang bound {e.get('bound_s', 0):.1f} s, phase {e.get('phase')})")
+    if trigger == "exception":
+        if e.get("in_phase") == "checkpoint":
+            return f"rank {rank}: checkpoint at step {step} failed: {reason}"
+        return f"rank {rank}: step {step} failed: {reason}"
+    return f"rank {rank}: {trigger} at step {step}: {reason}"
+
+
+def own_failures(evs: list[dict]) -> list[dict]:
+    """The failures the job met by itself: per attempt and generation in which no
+    failing fault fired (:func:`failing_faults`), its first root-cause event (a
+    ``failure`` with a trigger in :data:`ROOT_TRIGGERS`, or an ``error`` event of a
+    worker giving up at restore or while building its workload), as a fault-like
+    event: ``event`` ``fault``, ``kind`` (the trigger, or ``restore_error`` /
+    ``input_error``), ``rank``, ``step`` (0 when the event has none), ``injected``
+    False and ``cause`` (:func:`describe`). Units whose failures are only reactions
+    to a peer (``collective_error``, ``notice``, ``sigterm``) start none."""
+    faulted = {(f["attempt"], gen_of(f)) for f in failing_faults(evs)}
+    out: dict[tuple[int, int], dict] = {}
+    for e in evs:
+        unit = (e["attempt"], gen_of(e))
+        if unit in faulted or unit in out or not isinstance(e.get("rank"), int) \
+                or e["rank"] < 0:
+            continue
+        if e["event"] == "failure" and e.get("trigger") in ROOT_TRIGGERS:
+            kind = e["trigger"]
+        elif e["event"] == "error" and e.get("where") in OWN_WHERE:
+            kind = OWN_WHERE[e["where"]]
+        else:
+            continue
+        step = e.get("step")
+        out[unit] = {**e, "event": "fault", "phase": "point", "kind": kind,
+                     "step": step if isinstance(step, int) else 0, "injected": False,
+                     "cause": describe(e)}
+    return list(out.values())
+
+
+def failure_starts(evs: list[dict]) -> list[dict]:
+    """What started each failure episode, in time order: the failing faults
+    (:func:`failing_faults`) and the failures the job met by itself
+    (:func:`own_failures`, ``injected`` False)."""
+    key = clock(evs) if evs else "t_mono"
+    return sorted(failing_faults(evs) + own_failures(evs), key=lambda e: e[key])
+
+
 def episode_events(evs: list[dict], fault: dict, key: str = "t_mono"
                    ) -> tuple[list[dict], list[dict], bool]:
     """``(cur, nxt, in_process)`` for the failure episode started by ``fault``: the
@@ -192,7 +269,7 @@ def episode_events(evs: list[dict], fault: dict, key: str = "t_mono"
 
 def _episodes(evs: list[dict], key: str, spans: list[dict], world_size: int) -> list[dict]:
     rows: list[dict] = []
-    failing = failing_faults(evs)
+    failing = failure_starts(evs)
     seen: set[tuple[int, int]] = set()
     for fault in failing:
         a, g = fault["attempt"], gen_of(fault)

@@ -76,7 +76,15 @@ SCHEMA: tuple[Field, ...] = (
                                               "(sum over failures)"),
     Field("replay_ok", "bool", "every failure replayed exactly the expected steps (jit: <= 1; "
           "inmem:N from memory: <= N)"),
-    Field("num_failures", "", "failure episodes (attempts in which a failing fault fired)"),
+    Field("last_commit_step", "steps", "newest step committed in the checkpoint directory "
+                                       "when the last failure's recovery began (its manifest "
+                                       "renamed into place, whatever its writer logged)"),
+    Field("num_failures", "", "failure episodes: attempts (or in-process generations) that "
+                              "failed, by an injected fault or by the job itself"),
+    Field("injected_failures", "", "failure episodes started by a fault the harness injected"),
+    Field("own_failures", "", "failure episodes the job met by itself (a failed checkpoint "
+                              "write, an exception in its step, a hang, a bad checkpoint or "
+                              "input); the end reason names the last one's root cause"),
     Field("completed", "bool", "every rank reached the last step"),
     Field("attempts", "", "attempts of the worker group (restarts + 1)"),
     Field("step_s", "s", "median step time"),
@@ -90,7 +98,11 @@ SCHEMA: tuple[Field, ...] = (
     Field("unfired_faults", "", "planned faults that never fired"),
     Field("state_equal", "bool", "final state bitwise equal to the fault-free reference's"),
     Field("max_abs_diff", "", "largest absolute difference from the reference's final state"),
-    Field("sample_stream_equal", "bool", "the reference's samples were consumed at every step"),
+    Field("sample_stream_equal", "bool", "the reference's samples were consumed at every step "
+                                         "(empty: not compared, sample_stream_reason says why)"),
+    Field("sample_stream_reason", "", "why sample_stream_equal is empty though a reference "
+                                      "was compared (a run resumed from an earlier job's "
+                                      "checkpoints)"),
     Field("end_reason", "", "why the run ended, one line"),
     Field("wall_s", "s", "wall time of the launch"),
     Field("code_version", "", "jitbench version (+ git commit)"),

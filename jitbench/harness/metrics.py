@@ -22,9 +22,13 @@ first such fault; faults marked ``fails_job: false`` in their event, such as
 - ``replayed_steps``: steps completed before the fault and re-executed
   (``max completed - restored step``); ``replayed_gpu_steps`` multiplies by the
   world size; ``replay_s``: restore end -> the last replayed step's end.
-- ``last_commit_step``: the newest step whose checkpoint committed (a ``save``
-  end with ``ok``, any kind, this attempt or earlier) before the restore, less
-  parts the restore found invalid (its ``skipped`` list);
+- ``last_commit_step``: the newest step whose checkpoint was committed in the
+  checkpoint directory (its manifest renamed into place, :func:`durable_parts`:
+  the directory now and as each restore found it; the writer's ``save`` events
+  only where neither exists) when recovery began (the recovering attempt's first
+  restore begin; in process, the fault), less parts the restore found invalid
+  (its ``skipped`` list); a writer killed after its manifest's rename committed
+  though it never logged the save's end;
   ``expected_replayed_steps`` = ``completed_before - last_commit_step`` (0 when
   nothing committed): what a restore that picks the newest committed
   checkpoint replays. ``replayed_steps == expected_replayed_steps`` is the
@@ -47,7 +51,14 @@ first such fault; faults marked ``fails_job: false`` in their event, such as
 - ``wasted_gpu_s``: ``world_size x (recovery_s + lost_partial_s - step_s)``,
   where ``lost_partial_s`` is the interrupted step's time before the fault and
   ``step_s`` the median fault-free step time: GPU-seconds not spent on new
-  progress.
+  progress. A recovery cut short by a later failure has no ``recovery_s``; once
+  the job got past it, its waste is its whole window (fault -> the first step
+  beyond what it had completed) less what the failures inside the window counted
+  (:func:`_interrupted_waste`).
+- ``injected`` / ``cause``: whether the harness injected the episode's fault, or
+  the job met the failure by itself (:func:`jitbench.phases.own_failures`: a
+  failed checkpoint write, an exception in a step, a hang, a bad checkpoint or
+  input), then its root cause in one line.
 
 Per run: ``checkpoint_stall_gpu_s`` (world size x the main thread's stall in
 checkpoints: synchronous periodic saves, for ``periodic-async`` the
@@ -115,6 +126,13 @@ class FailureMetrics:
     degraded_rank_steps: int | None = None
     """``torchft``: step ends of survivors between the fault and the recovery step
     (progress with fewer replicas; subtracted from ``wasted_gpu_s`` at ``step_s`` each)."""
+    injected: bool = True
+    """The harness injected the fault that started the episode; False: the job met the
+    failure by itself (:func:`jitbench.phases.own_failures`; ``fault_kind`` is then its
+    trigger, e.g. ``storage_error``, or ``restore_error`` / ``input_error``)."""
+    cause: str | None = None
+    """An own failure's root cause, one line (``rank 0: checkpoint write at step 8
+    failed: No space left on device``); None for an injected fault."""
 
 
 @dataclass
@@ -161,7 +179,7 @@ class RunMetrics:
 
 def compute(run_dir: str | Path, spec_steps: int, world_size: int,
             events: list[dict] | None = None, phase_table=None,
-            per_replica: bool = False) -> RunMetrics:
+            per_replica: bool = False, ckpt_dir: str | Path | None = None) -> RunMetrics:
     """Derive run and failure metrics of ``run_dir``.
 
     The spans (detect, save, restart, restore, replay, recovery, checkpoint
@@ -172,8 +190,12 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
     ranks restart (``torchft``; see :func:`jitbench.phases.derive`): the steps
     completed before a fault are those that ended before it, the restored step is
     the failed rank's, and steps completed by survivors during the episode are
-    not counted as waste.
+    not counted as waste. ``ckpt_dir``: the run's checkpoint directory, read (with
+    the restore events' listings) for what was committed (:func:`durable_parts`);
+    None: ``run_dir/ckpt`` when it exists.
     """
+    if ckpt_dir is None and (Path(run_dir) / "ckpt").is_dir():
+        ckpt_dir = Path(run_dir) / "ckpt"
     evs = events if events is not None else phases.read_events(run_dir)
     ph = phase_table if phase_table is not None else (
         phases.derive(evs, world_size, per_replica) if events is not None
@@ -201,7 +223,8 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
     for r in rows:
         if r["scope"] == "failure":
             episodes[int(r["failure"])][r["phase"]] = r
-    failing = phases.failing_faults(evs)
+    failing = phases.failure_starts(evs)
+    known = durable_parts(evs, ckpt_dir)
     failures: list[FailureMetrics] = []
     for i in sorted(episodes):
         ep = episodes[i]
@@ -212,18 +235,24 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
             cur = [e for e in evs if e[key] <= f0["t0"]]
             nxt = [e for e in evs if e["attempt"] == a + 1 and e["rank"] == f0["rank"]]
             in_process = False
+            fault_ev = next((e for e in failing if e["attempt"] == a
+                             and e["rank"] == f0["rank"]), None)
         else:
             fault_ev = next(e for e in failing if e["attempt"] == a and phases.gen_of(e) == g)
             cur, nxt, in_process = phases.episode_events(evs, fault_ev, phases.clock(evs))
         fm = FailureMetrics(f0["kind"], _int(f0["rank"]), _int(f0["step"]), a)
         fm.in_process = in_process
+        if fault_ev is not None:
+            fm.injected = bool(fault_ev.get("injected", True))
+            fm.cause = fault_ev.get("cause")
         if not in_process:  # a survivor's decision, or the claimants' record of it
             why = [e["fallback"] for e in cur if e["event"] == "membership"
                    and e["phase"] == "end" and e.get("fallback")]
             why += [e["reason"] for e in nxt if e["event"] == "fallback" and e.get("reason")]
             fm.fallback = why[0] if why else None
-        fm.fault_ranks = sorted({e["rank"] for e in failing if e["attempt"] == a
-                                 and phases.gen_of(e) == g})
+        fm.fault_ranks = sorted({e["rank"] for e in phases.failing_faults(evs)
+                                 if e["attempt"] == a and phases.gen_of(e) == g}
+                                or ({fm.fault_rank} if not fm.injected else set()))
         for name in ("stall", "reform", "transfer"):
             if name in ep:
                 setattr(fm, f"{name}_s", _val(ep[name]["dur_s"]))
@@ -231,15 +260,20 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
             fm.detect_s, fm.trigger = _val(ep["detect"]["dur_s"]), _val(ep["detect"]["trigger"])
         fm.save_s = _val(ep["save"]["dur_s"])
         clock = phases.clock(evs)
-        commits = [(e["step"], e.get("part")) for e in evs if e["attempt"] <= a
-                   and e["event"] == "save" and e["phase"] == "end" and e.get("ok", True)
-                   and not (in_process and e[clock] > f0["t0"])]
         fm.completed_before = max((e["step"] for e in cur if e["event"] == "step"
                                    and e["phase"] == "end"), default=0)
         rend = [e for e in nxt if e["event"] == "restore" and e["phase"] == "end"]
         invalid = {name for r in rend for name, _ in r.get("skipped", [])}
-        fm.last_commit_step = max((st for st, part in commits if part not in invalid),
-                                  default=None)
+        if known is not None:  # what the directory held when recovery began
+            cutoff = _durable_cutoff(fault_ev, cur, nxt, in_process)
+            fm.last_commit_step = max((p["step"] for p in known if p["t"] <= cutoff
+                                       and p["name"] not in invalid), default=None)
+        else:  # no directory to read (events of a run without one): the writers' events
+            commits = [(e["step"], e.get("part")) for e in evs if e["attempt"] <= a
+                       and e["event"] == "save" and e["phase"] == "end" and e.get("ok", True)
+                       and not (in_process and e[clock] > f0["t0"])]
+            fm.last_commit_step = max((st for st, part in commits if part not in invalid),
+                                      default=None)
         fm.expected_replayed_steps = (0 if per_replica else  # survivors keep their state
                                       max(0, fm.completed_before - (fm.last_commit_step or 0)))
         if in_process:  # the state came from a replica, not from disk
@@ -285,6 +319,8 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
                         fm.wasted_gpu_s = max(0.0, fm.wasted_gpu_s
                                               - fm.degraded_rank_steps * step_s)
         failures.append(fm)
+    if step_s is not None and not per_replica:
+        _interrupted_waste(failures, episodes, evs, world_size, step_s)
 
     def spans(phase: str, kinds: tuple = ()) -> list[float]:
         """Durations of the successful ``rank`` spans of ``phase``, in start order."""
@@ -345,6 +381,94 @@ def memory_copy_step(evs: list[dict], cur: list[dict], hit: list[int], t_fault: 
              and ((e["event"] == "stage" and e.get("kind") == "inmem")
                   or (e["event"] == "restore" and e.get("ok", True)))]
     return max(steps, default=None)
+
+
+def durable_parts(evs: list[dict], ckpt_dir: str | Path | None) -> list[dict] | None:
+    """Every checkpoint part known to have been committed, with its commit time.
+
+    The checkpoint directory decides, not the writer's log (a writer killed after
+    its manifest's rename never logs the end of its save, yet the part is
+    committed): the union of the listings that rank 0's restores recorded
+    (``restore`` end ``committed``: the directory as each restore found it, parts
+    pruned later included) and the directory as it is now
+    (:func:`jitbench.runtime.checkpoint.committed`). Entries are ``{name, step,
+    kind, rank, t}``, ``t`` the commit time (wall clock, s since the epoch; see
+    :data:`jitbench.runtime.checkpoint.COMMIT_TIME`).
+
+    Returns:
+        The parts (one per name and commit time), or None when neither the events nor
+        a directory say anything (no ``committed`` listing in any restore event and no
+        ``ckpt_dir``): callers fall back to the writers' ``save`` events.
+    """
+    from jitbench.runtime import checkpoint as ckpt
+
+    listings = [e["committed"] for e in evs if e["event"] == "restore"
+                and e.get("phase") == "end" and isinstance(e.get("committed"), list)]
+    if not listings and (ckpt_dir is None or not Path(ckpt_dir).is_dir()):
+        return None
+    try:
+        now = ckpt.committed(ckpt_dir) if ckpt_dir is not None else []
+    except OSError:
+        now = []
+    seen: dict[tuple[str, float], dict] = {}
+    for p in [q for lst in listings for q in lst] + now:
+        seen.setdefault((p["name"], round(float(p["t"]), 6)), p)
+    return list(seen.values())
+
+
+def _durable_cutoff(fault: dict | None, cur: list[dict], nxt: list[dict],
+                    in_process: bool) -> float:
+    """The instant (wall clock, s) up to which commits count for a failure's recovery:
+    in process, the fault (the state comes from a replica; a backstop written after
+    it is not what recovery reads); else the first ``restore`` begin of the recovering
+    attempt (the saves of the failed attempt, the JIT save after the fault included,
+    are what it can read), or, with none, the failed attempt's last event."""
+    if in_process and fault is not None:
+        return fault["t_wall"]
+    begins = [e["t_wall"] for e in nxt if e["event"] == "restore" and e["phase"] == "begin"]
+    if begins:
+        return min(begins)
+    return max((e["t_wall"] for e in cur), default=float("inf"))
+
+
+def _interrupted_waste(failures: list[FailureMetrics], episodes: dict, evs: list[dict],
+                       world_size: int, step_s: float) -> None:
+    """``wasted_gpu_s`` of failures whose recovery a later failure interrupted.
+
+    Such a failure has no ``recovery`` span (no new step completed in the attempt
+    or generation it recovered in), yet when the job later got past it, its waste is
+    known: its window runs from the fault (less the interrupted step's part
+    before it) to the end, on every rank, of the first step after the fault beyond
+    ``completed_before``; every later failure inside that window has counted its
+    own window, so this one gets the rest: ``world_size x (t_new - t_fault +
+    lost_partial_s - step_s)`` minus the ``wasted_gpu_s`` of the failures that began
+    inside it. Failures are taken newest first, so nested interruptions add up to
+    the whole window. Left None when the job never got past the failure.
+    """
+    key = phases.clock(evs)
+    ends: dict[int, dict[int, float]] = defaultdict(dict)  # step -> rank -> first end
+    order = sorted(range(len(failures)), key=lambda i: episodes[i]["fault"]["t0"],
+                   reverse=True)
+    for i in order:
+        fm = failures[i]
+        if fm.wasted_gpu_s is not None or fm.recovery_s is not None:
+            continue
+        tf = episodes[i]["fault"]["t0"]
+        ends.clear()
+        for e in evs:
+            if (e["event"] == "step" and e["phase"] == "end" and e[key] > tf
+                    and e["step"] > fm.completed_before):
+                ends[e["step"]].setdefault(e["rank"], e[key])
+        new = [st for st, by in ends.items() if len(by) == world_size]
+        if not new:
+            continue
+        t_new = max(ends[min(new)].values())
+        inside = [failures[j].wasted_gpu_s for j in range(len(failures))
+                  if j != i and tf < episodes[j]["fault"]["t0"] < t_new]
+        if any(w is None for w in inside):
+            continue
+        window = world_size * max(0.0, t_new - tf + (fm.lost_partial_s or 0.0) - step_s)
+        fm.wasted_gpu_s = max(0.0, window - sum(inside))
 
 
 def _val(v):

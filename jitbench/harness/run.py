@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import time
@@ -171,7 +172,7 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     table = phases.derive(evs, spec.world_size, per_replica)
     phases.write(run_dir, table)
     m = metrics.compute(run_dir, spec.steps, spec.world_size, events=evs, phase_table=table,
-                        per_replica=per_replica)
+                        per_replica=per_replica, ckpt_dir=spec.ckpt_dir or run_dir / "ckpt")
     summary: dict = {"summary_version": SUMMARY_VERSION, "run_dir": str(run_dir),
                      "workload": spec.workload.name, "size": spec.workload.size,
                      "strategy": spec.strategy, "world_size": spec.world_size,
@@ -189,13 +190,15 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     summary["replayed_gpu_steps"] = m.replayed_steps * spec.world_size
     summary["max_replayed_steps_per_failure"] = m.max_replayed_steps_per_failure
     summary["expected_replayed_steps"] = sum(f.expected_replayed_steps or 0 for f in fails)
-    summary["last_commit_step"] = fails[0].last_commit_step if fails else None
+    summary["last_commit_step"] = fails[-1].last_commit_step if fails else None
     summary["replay_ok"] = (replay_ok(spec.strategy, fails) if not per_replica
                             else heal_ok(evs, fails, m.completed))
     summary["replay_promise"] = entry.promise or entry.replay_bound
     summary["bitwise_promised"] = entry.bitwise
     summary["late_replacements"] = m.late_replacements
     summary["num_failures"] = len(fails)
+    summary["injected_failures"] = sum(1 for f in fails if f.injected)
+    summary["own_failures"] = sum(1 for f in fails if not f.injected)
     summary["trigger"] = fails[0].trigger if fails else None
     summary["restored_kind"] = fails[0].restored_kind if fails else None
     summary["checkpoint_interval"] = _interval(spec.strategy, m.auto_interval)
@@ -219,12 +222,20 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     summary["state_equal"] = None
     summary["max_abs_diff"] = None
     summary["sample_stream_equal"] = None
+    summary["sample_stream_reason"] = None
     ref_dir = ref_dir or run_dir / "reference"
     if ref is not None and m.completed and (ref_dir / "final" / "state.pt").exists():
         eq, diff = metrics.compare_states(run_dir / "final" / "state.pt",
                                           ref_dir / "final" / "state.pt")
         summary["state_equal"], summary["max_abs_diff"] = eq, diff
-        summary["sample_stream_equal"] = metrics.sample_stream_equal(run_dir, ref_dir)
+        resumed = resumed_step(evs)
+        if resumed:
+            summary["sample_stream_reason"] = (
+                f"not comparable: the run resumed at step {resumed} from checkpoints "
+                f"already in {spec.ckpt_dir or run_dir / 'ckpt'}; steps 1-{resumed} ran "
+                "in the job that wrote them")
+        else:
+            summary["sample_stream_equal"] = metrics.sample_stream_equal(run_dir, ref_dir)
         ref_evs = phases.read_events(ref_dir)
         ref_table = phases.derive(ref_evs, spec.world_size, per_replica)
         if not (ref_dir / phases.PHASES_FILE).exists():
@@ -246,6 +257,18 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     return summary
 
 
+def resumed_step(evs: list[dict]) -> int:
+    """The step the job's first restore loaded before any failure (0: a fresh start):
+    > 0 when the run resumed from checkpoints an earlier job wrote (``--ckpt-dir``),
+    so its first steps ran in that job and its sample stream is not comparable
+    with a reference's."""
+    first = min((e["attempt"] for e in evs), default=0)
+    steps = [e.get("step") or 0 for e in evs if e["event"] == "restore"
+             and e["phase"] == "end" and e["attempt"] == first and phases.gen_of(e) == 0
+             and e.get("ok", True)]
+    return max(steps, default=0) if first == 0 else 0
+
+
 WORKER_ERRORS = {77: "checkpoint", 78: "input"}
 """Worker exit statuses that mean bad input rather than a failed job (see worker.py)."""
 
@@ -253,7 +276,8 @@ WORKER_ERRORS = {77: "checkpoint", 78: "input"}
 def worker_error(run_dir: Path, events: list[dict] | None = None) -> dict:
     """``error``/``error_kind`` of the last attempt's first worker ``error`` event
     (``checkpoint``: another job's checkpoint directory; ``input``: unusable data
-    or options), or Nones (from ``events`` when the caller has read them)."""
+    or options), or Nones (from ``events`` when the caller has read them). ``error``
+    names the rank and what it was doing (:func:`jitbench.phases.describe`)."""
     evs = events if events is not None else read_events(run_dir / "events")
     errs = [e for e in evs if e["event"] == "error"
             and e.get("code") in WORKER_ERRORS]
@@ -261,7 +285,7 @@ def worker_error(run_dir: Path, events: list[dict] | None = None) -> dict:
         return {"error": None, "error_kind": None}
     last = max(e["attempt"] for e in errs)
     first = next(e for e in errs if e["attempt"] == last)
-    return {"error": first["error"], "error_kind": WORKER_ERRORS[first["code"]]}
+    return {"error": phases.describe(first), "error_kind": WORKER_ERRORS[first["code"]]}
 
 
 def replay_ok(strategy: str, failures: list) -> bool | None:
@@ -361,14 +385,47 @@ def end_reason(spec: RunSpec, m: metrics.RunMetrics, res: LaunchResult) -> str:
     if res.interrupted:
         return "interrupted (Ctrl-C or SIGTERM)"
     last = m.failures[-1] if m.failures else None
-    what = (f"; last failure: {last.fault_kind} on rank {last.fault_rank} at step "
-            f"{last.fault_step}" + (f" ({last.trigger})" if last.trigger else "")
-            if last else "")
+    if last is not None and not last.injected and last.cause:
+        what = f": {last.cause}"  # the job's own failure: its root cause
+    else:
+        what = (f"; last failure: {last.fault_kind} on rank {last.fault_rank} at step "
+                f"{last.fault_step}" + (f" ({last.trigger})" if last.trigger else "")
+                if last else "")
+    agent = agent_error(res.log_path)  # what the agent itself met (a failed rendezvous)
+    if agent:
+        what = f"{what}; {agent}" if what else f": {agent}"
     if res.returncode != 0 and m.attempts >= spec.max_restarts + 1:
         return (f"restart budget exhausted: all {m.attempts} attempts failed "
                 f"(--max-restarts {spec.max_restarts}){what}")
     return f"the elastic agent exited with status {res.returncode} after {m.attempts} " \
            f"attempts{what}"
+
+
+_AGENT_ERROR = re.compile(r"\b(Rendezvous\w*(?:Error|Timeout)\w*|DistNetworkError|DistStoreError)"
+                          r"\b:?\s*(.*)")
+
+
+def agent_error(log_path: Path | None) -> str | None:
+    """The elastic agent's own error from its log, one line, or None: the last line
+    naming a rendezvous or store error (``RendezvousTimeoutError``,
+    ``RendezvousClosedError``, ``DistNetworkError``, ...), as ``rendezvous failed:
+    NAME: message`` (``NAME: message`` for a store error), at most 300 characters."""
+    if log_path is None:
+        return None
+    try:
+        text = Path(log_path).read_text(errors="replace")
+    except OSError:
+        return None
+    found = None
+    for line in text.splitlines():
+        m = _AGENT_ERROR.search(line)
+        if m:
+            found = m
+    if found is None:
+        return None
+    name, msg = found.group(1), found.group(2).strip()
+    head = "rendezvous failed: " if name.startswith("Rendezvous") else ""
+    return (f"{head}{name}" + (f": {msg}" if msg else ""))[:300]
 
 
 def write_records(summary: dict, run_dir: Path) -> None:

@@ -364,6 +364,8 @@ def summarize(spec: ScriptSpec, run_dir: Path, res: LaunchResult, ref: LaunchRes
     summary["bitwise_promised"] = False
     summary["late_replacements"] = 0
     summary["num_failures"] = len(fails)
+    summary["injected_failures"] = sum(1 for f in fails if f.injected)
+    summary["own_failures"] = sum(1 for f in fails if not f.injected)
     summary["trigger"] = fails[0].trigger if fails else None
     summary["restored_kind"] = fails[0].restored_kind if fails else None
     summary["checkpoint_interval"] = None
@@ -384,6 +386,7 @@ def summarize(spec: ScriptSpec, run_dir: Path, res: LaunchResult, ref: LaunchRes
     summary["unfired_faults"] = len(summary["unfired"])
     summary["end_reason"] = end_reason(spec, m, res, err)
     summary["state_equal"] = summary["max_abs_diff"] = summary["sample_stream_equal"] = None
+    summary["sample_stream_reason"] = None
     summary["loss_equal"] = None
     ref_dir = ref_dir or run_dir / "reference"
     if ref is not None and m.completed and (ref_dir / "final" / "state.pt").exists() \

@@ -63,6 +63,8 @@ EXIT_BAD_INPUT = 78
 def _give_up(events: EventLog, code: int, where: str, exc: BaseException) -> int:
     events.emit("error", where=where, error=f"{type(exc).__name__}: {exc}"[:500], code=code,
                 durable=True)
+    print(f"[jitbench] rank {events.rank}: {where} failed: {type(exc).__name__}: {exc}"[:500],
+          file=sys.stderr, flush=True)
     events.emit("exit", code=code, durable=True)
     events.close()
     os._exit(code)

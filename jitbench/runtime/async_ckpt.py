@@ -175,6 +175,7 @@ class AsyncCheckpointer:
             with self._commit_lock:  # the commit and its event, or neither (see freeze)
                 if self._frozen:
                     return
+                manifest.update(ckpt.commit_stamp())
                 ckpt.write_durable(mpath, json.dumps(manifest, sort_keys=True).encode())
                 self.committed.append(step)
                 self.events.emit("save", "end", kind=KIND, step=step, ok=True, part=final.name,

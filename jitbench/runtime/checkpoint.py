@@ -58,6 +58,7 @@ import torch
 from jitbench.runtime import dcp_format
 from jitbench.runtime.ckpt_format import (
     CHUNK_BYTES,
+    COMMIT_TIME,
     FORMAT,
     MANIFEST_VERSION,
     PART_RE,
@@ -67,17 +68,19 @@ from jitbench.runtime.ckpt_format import (
     CheckpointWriteError,
     IoHook,
     Part,
+    commit_stamp,
     fsync_dir,
     io_hook,
+    make_dirs,
     part_name,
     set_io_hook,
     write_durable,
 )
 
 __all__ = [
-    "CHUNK_BYTES", "FORMAT", "MANIFEST_VERSION", "CheckpointCorrupt", "CheckpointError",
-    "CheckpointMismatch", "CheckpointWriteError", "IoHook", "Part", "check_owner", "fsync_dir",
-    "list_parts", "load_part", "newest_valid", "part_name", "prune", "read_manifest",
+    "CHUNK_BYTES", "COMMIT_TIME", "FORMAT", "MANIFEST_VERSION", "CheckpointCorrupt", "CheckpointError",
+    "CheckpointMismatch", "CheckpointWriteError", "IoHook", "Part", "check_owner", "commit_stamp",
+    "committed", "fsync_dir", "list_parts", "load_part", "newest_valid", "part_name", "prune", "read_manifest",
     "set_io_hook", "tensor_layout", "validate_part", "write_durable", "write_part",
 ]
 
@@ -118,7 +121,7 @@ def write_part(ckpt_dir: str | os.PathLike, kind: str, step: int, rank: int, wor
             left visible and older parts are untouched.
     """
     d = Path(ckpt_dir)
-    d.mkdir(parents=True, exist_ok=True)
+    make_dirs(d)
     stem = part_name(kind, step, rank)
     buf = io.BytesIO()
     torch.save(state, buf)
@@ -138,6 +141,7 @@ def write_part(ckpt_dir: str | os.PathLike, kind: str, step: int, rank: int, wor
         "kind": kind, "step": step, "rank": rank, "world_size": world_size, "run_id": run_id,
         "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
         "tensors": tensor_layout(state), "torch": torch.__version__, "meta": meta or {},
+        **commit_stamp(),
     }
     mpath = d / f"{stem}.json"
     try:
@@ -165,6 +169,36 @@ def list_parts(ckpt_dir: str | os.PathLike) -> list[Part]:
             parts.append(Part(mm["kind"], int(mm["step"]), int(mm["rank"]), data, m))
     parts.sort(key=lambda p: (-p.step, p.kind != "jit", p.rank))
     return parts
+
+
+def committed(ckpt_dir: str | os.PathLike) -> list[dict]:
+    """Every committed part of ``ckpt_dir`` as the directory says it now, newest step first.
+
+    A part is committed when its manifest has been renamed into place (the commit
+    protocol above), whatever its writer logged. Each entry is ``{"name": data file
+    name (as in restore's ``source`` and ``skipped``), "step", "kind", "rank", "t":
+    commit time}``, with the time from the manifest's :data:`COMMIT_TIME` (wall
+    clock, s since the epoch), else the manifest file's ``st_mtime`` (a manifest
+    written before the field existed, or one too damaged to parse: still committed,
+    and restore skips it if it does not validate). Parts whose manifest vanished
+    meanwhile (pruned) are left out. An absent directory has none.
+
+    Raises:
+        OSError: the directory exists but cannot be listed.
+    """
+    out = []
+    for part in list_parts(ckpt_dir):
+        try:
+            t = os.stat(part.manifest_path).st_mtime
+        except FileNotFoundError:
+            continue
+        try:
+            t = float(read_manifest(part).get(COMMIT_TIME, t))
+        except (CheckpointCorrupt, TypeError, ValueError):
+            pass
+        out.append({"name": part.path.name, "step": part.step, "kind": part.kind,
+                    "rank": part.rank, "t": t})
+    return out
 
 
 def read_manifest(part: Part) -> dict:

@@ -20,12 +20,20 @@ from __future__ import annotations
 import errno
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 MANIFEST_VERSION = 2
 FORMAT = "jitbench-replicated"
+COMMIT_TIME = "commit_t_wall"
+"""Manifest field: wall time (s since the epoch, the writer's clock) taken right before
+the manifest's durable write begins. The manifest's rename (the commit) follows within
+that write, so a part whose ``commit_t_wall`` is later than an instant was not committed
+at that instant. Manifests written before the field existed have none: readers use the
+manifest file's ``st_mtime`` instead (its content is written, and its mtime set, right
+before the rename; a copy that does not preserve mtimes makes it later, never earlier)."""
 """Manifest ``format``: every part is a complete copy of the replicated state."""
 PART_RE = re.compile(r"^(?P<kind>[a-z]+)_step(?P<step>\d{8})_rank(?P<rank>\d{5})\.json$")
 CHUNK_BYTES = 1 << 16
@@ -89,6 +97,26 @@ class Part:
 def part_name(kind: str, step: int, rank: int) -> str:
     """File stem of a part, e.g. ``jit_step00000012_rank00001``."""
     return f"{kind}_step{step:08d}_rank{rank:05d}"
+
+
+def commit_stamp() -> dict:
+    """``{COMMIT_TIME: now}`` for a manifest about to be written (see :data:`COMMIT_TIME`)."""
+    return {COMMIT_TIME: time.time()}
+
+
+def make_dirs(path: Path) -> None:
+    """Create a checkpoint directory (and its parents) if missing.
+
+    Raises:
+        CheckpointWriteError: an OS error (its errno kept), e.g. a path under a regular
+            file (ENOTDIR), a read-only or full filesystem.
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CheckpointWriteError(
+            f"creating checkpoint directory {path} failed: "
+            f"{os.strerror(exc.errno or errno.EIO)}", exc.errno) from exc
 
 
 def fsync_dir(path: Path) -> None:

@@ -106,6 +106,11 @@ class RestoreResult:
     """The data position saved with the state."""
     rng_pending: bool = False
     """The saved RNG streams are set at the start of the next :meth:`Runtime.step`."""
+    committed: list = field(default_factory=list)
+    """Rank 0, restoring from the directory: every committed part the directory held
+    when it chose (:func:`jitbench.runtime.checkpoint.committed`: name, step, kind,
+    rank, commit time); the harness derives what was durable at each failure from it
+    (parts pruned later are gone from the directory)."""
 
 
 class Runtime:
@@ -522,13 +527,18 @@ class Runtime:
         self.strategy.on_restore(self, res, manifest)
         self._phase, self._phase_since = "boundary", time.monotonic()
         self.events.emit("restore", "end", step=res.step, kind=res.kind, source=res.source,
-                         skipped=res.skipped, dur_s=time.monotonic() - t0, durable=True)
+                         skipped=res.skipped, committed=res.committed,
+                         dur_s=time.monotonic() - t0, durable=True)
         return res
 
     def _load_from_directory(self, res: RestoreResult) -> Loaded | None:
         choice: list = [None, [], None]
         if self.strategy.reads_checkpoints and self.rank == 0:
             skipped: list = []
+            try:
+                res.committed = ckpt.committed(self.config.ckpt_dir)
+            except OSError:
+                res.committed = []  # newest_valid below says why the directory is unusable
             try:
                 found = ckpt.newest_valid(self.config.ckpt_dir, self.world_size, skipped,
                                           run_id=self.config.run_id)
@@ -665,6 +675,8 @@ class Runtime:
             self.events.emit("failure", trigger=trigger, in_phase=phase, step=self._step,
                              completed=self._completed, hang_bound_s=self.hang_bound_s(),
                              durable=True, **info)
+            _say(f"rank {self.rank}: failure ({trigger}) at step {self._step}: "
+                 f"{info.get('error') or info.get('reason') or trigger}")
             if notify and self._notices is not None:
                 reason = str(info.get("reason") or info.get("error") or trigger)
                 acks = self._notices.post(trigger, reason)
@@ -696,6 +708,18 @@ class Runtime:
             self.events.close()
         finally:
             self._exit_fn(code)
+
+
+def _say(line: str) -> None:
+    """One line on stderr (the elastic agent keeps it in the run's ``agent.log``), so
+    the root cause of a failure is readable without the events; never raises."""
+    import sys
+
+    try:
+        sys.stderr.write(f"[jitbench] {line.splitlines()[0] if line else ''}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def is_collective_error(exc: BaseException) -> bool:

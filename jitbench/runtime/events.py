@@ -54,6 +54,11 @@ class EventLog:
         self._base = {"rank": rank, "attempt": attempt, "pid": os.getpid(),
                       "host": socket.gethostname()}
 
+    @property
+    def rank(self) -> int:
+        """The rank written into every event (changed by :meth:`rebind`)."""
+        return self._base["rank"]
+
     def set_base(self, **fields: Any) -> None:
         """Add or change fields written into every later event (``gen``: the
         generation of an in-process-recovering job)."""

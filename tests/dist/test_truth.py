@@ -1,0 +1,82 @@
+"""End to end on gloo (tracker issue 14, sections 1-2): what was committed is read
+from the checkpoint directory, and a failure the job meets by itself reaches the
+user with its root cause. Tiny GPT, 2 ranks, a few steps, a hard timeout each."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from jitbench.faults import FaultSpec
+from jitbench.harness.run import run as run_spec
+from jitbench.records import verdict
+from jitbench.runtime.events import read_events
+from tests.conftest import small_spec
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def refs(shared_reference):
+    return shared_reference
+
+
+def test_writer_killed_after_its_manifest_rename_committed(tmp_path, refs):
+    """periodic:4, rank 0 torn in the write of step 12 at 99.9% of its I/O: after the
+    manifest's rename, before the save's end was logged. The restore rightly loads
+    12; the summary must say 12 was committed and nothing was to be replayed."""
+    spec = small_spec(16, faults=[FaultSpec("torn-write", 0, 9, params={"frac": 0.999})],
+                      strategy="periodic:4")
+    s = run_spec(spec, tmp_path / "run", reference_from=refs(spec), timeout_s=280).summary
+    [torn] = [e for e in read_events(tmp_path / "run" / "events") if e["event"] == "fault"]
+    assert torn["step"] == 12 and torn["op_index"] == torn["ops"] - 1  # after the rename
+    ends = [e for e in read_events(tmp_path / "run" / "events") if e["event"] == "save"
+            and e["phase"] == "end" and e["attempt"] == 0]
+    assert [e["step"] for e in ends] == [4, 8]  # the writer never logged 12
+    (f,) = s["failures"]
+    assert (f["restored_step"], f["restored_kind"]) == (12, "periodic")
+    assert f["last_commit_step"] == 12 and f["expected_replayed_steps"] == 0
+    assert s["last_commit_step"] == 12 and s["replay_ok"] is True
+    assert s["state_equal"] is True and int(verdict(s)[0]) == 0
+
+
+def test_a_write_error_the_job_meets_by_itself_is_named(tmp_path):
+    """No fault injected; the checkpoint directory lies under a regular file, so rank
+    0's first periodic write fails with ENOTDIR in every attempt: exit 3, and the
+    one-line error names the rank, the operation, the step and the OS error; each
+    failed attempt is a failure the job met by itself."""
+    (tmp_path / "afile").write_text("not a directory")
+    run_dir = tmp_path / "run"
+    p = subprocess.run(
+        [sys.executable, "-m", "jitbench.cli", "run", "--strategy", "periodic:4",
+         "--fault", "none", "--ckpt-dir", str(tmp_path / "afile" / "c1"), "--steps", "8",
+         "--size", "tiny", "--batch-size", "4", "--no-reference", "--max-restarts", "1",
+         "--run-dir", str(run_dir), "--json"],
+        capture_output=True, text=True, timeout=280, cwd=tmp_path)
+    assert p.returncode == 3, p.stderr[-2000:]
+    cause = "rank 0: checkpoint write at step 4 failed: Not a directory"
+    last = p.stderr.strip().splitlines()[-1]
+    assert cause in last and "restart budget exhausted: all 2 attempts failed" in last, last
+    s = json.loads(p.stdout)
+    assert (s["num_failures"], s["own_failures"], s["injected_failures"]) == (2, 2, 0)
+    assert [(f["injected"], f["fault_kind"], f["fault_rank"], f["fault_step"], f["cause"])
+            for f in s["failures"]] == [(False, "storage_error", 0, 4, cause)] * 2
+    assert "Not a directory" in (run_dir / "agent.log").read_text()
+
+
+def test_a_run_resumed_from_another_job_is_not_compared_sample_by_sample(tmp_path, refs):
+    """A second run on the first run's --ckpt-dir resumes at its last checkpoint: its
+    steps before it ran in the first job, so the sample stream is not comparable
+    (None, with the reason), while the final state still equals the reference's."""
+    ck = tmp_path / "ck"
+    spec = small_spec(8, strategy="periodic:4", ckpt_dir=str(ck))
+    first = run_spec(spec, tmp_path / "a", reference=False, timeout_s=280).summary
+    assert first["completed"]
+    s = run_spec(spec, tmp_path / "b", reference_from=refs(spec), timeout_s=280).summary
+    assert s["completed"] and s["state_equal"] is True
+    assert s["sample_stream_equal"] is None
+    assert "not comparable: the run resumed at step 8" in s["sample_stream_reason"]
+    assert int(verdict(s)[0]) == 0
