@@ -155,8 +155,12 @@ class AsyncCheckpointer:
         self._inflight = upload
         stall_s = time.monotonic() - t0
         self.events.emit("stage", "end", kind=KIND, step=step, dur_s=stall_s, waited_s=waited_s)
-        upload.add_done_callback(
-            lambda f: self._commit(f, step, tmp, final, manifest, layout, meta or {}, t0))
+        # the commit (fsync, rename, manifest) runs in a thread of its own: a callback
+        # added to an upload that has already finished runs at once, in this (the
+        # training) thread, which would then wait for the fsyncs
+        upload.add_done_callback(lambda f: threading.Thread(
+            target=self._commit, args=(f, step, tmp, final, manifest, layout, meta or {}, t0),
+            name="jitbench-async-commit", daemon=True).start())
         return stall_s
 
     def _commit(self, fut: Future, step: int, tmp: Path, final: Path, mpath: Path, layout: dict,

@@ -206,3 +206,32 @@ def test_jit_hot_path_snapshot_in_place_equals_a_fresh_one():
     ends = [e for e in read_events(Path(d)) if e["event"] == "step" and e["phase"] == "end"]
     assert all(e["rt_s"] >= 0 for e in ends)
     rt.close()
+
+
+def test_async_commit_never_runs_on_the_training_thread(tmp_path, monkeypatch):
+    """A small state's upload may finish before its done-callback is added; the callback
+    then ran at once, in the caller, and request() waited for the commit's fsyncs (seen
+    as a flaky test under load)."""
+    from concurrent.futures import Future
+
+    _, _, state = _model_and_state()
+    ev = EventLog(tmp_path / "attempt000_rank00000.jsonl", 0, 0)
+    ac = async_ckpt.AsyncCheckpointer(tmp_path / "ckpt", 0, 2, ev)
+
+    def finished_upload(payload, storage_writer, **_):  # the write itself is not under test
+        done: Future = Future()
+        done.set_result(None)
+        return done
+
+    gate = threading.Event()
+    committed_in = []
+    monkeypatch.setattr(async_ckpt.dcp, "async_save", finished_upload)
+    monkeypatch.setattr(async_ckpt, "_fsync_files",
+                        lambda p: (committed_in.append(threading.current_thread()), gate.wait(30)))
+    caller = threading.Thread(target=ac.request, args=(3, state))
+    caller.start()
+    caller.join(10)
+    assert not caller.is_alive()  # request() returned with the commit still held
+    gate.set()
+    ac.wait(30)
+    assert committed_in and committed_in[0] is not caller
