@@ -353,8 +353,42 @@ def comparison_lines(t) -> list[str]:
                     f"{st} (max_abs_diff {d:.3g})" for st, d in
                     diff.groupby("strategy")["max_abs_diff"].max().items()))
         ws = int(g["world_size"].median()) if "world_size" in g else None
+        parts += _at_scale(med, ws)
         out.append(f"{w} · {f}" + (f" at {ws} ranks" if ws else "") + ": "
                    + "; ".join(parts) + ".")
+    return out
+
+
+SCALE_GPUS = (1024, 16384)
+"""World sizes of the per-row verdict at scale."""
+
+
+def _at_scale(med, ws: int | None) -> list[str]:
+    """Which strategy would waste the fewest GPU-hours per day at :data:`SCALE_GPUS`,
+    from each strategy's measured costs (:func:`jitbench.reports.model.measured_estimate`
+    with the model's default MTBF per GPU): per failure, its ``wasted_gpu_s`` less its
+    checkpoint stalls, per rank; steady, its checkpoint stalls over its training time."""
+    from jitbench.reports.model import ModelParams, measured_estimate
+
+    need = ("wasted_gpu_s", "train_wall_s")
+    if not ws or any(c not in med for c in need):
+        return []
+    mtbf = ModelParams().mtbf_hours_per_gpu
+    out = []
+    for n in SCALE_GPUS:
+        est = {}
+        for st, r in med.iterrows():
+            stall = float(r.get("checkpoint_stall_gpu_s", 0.0) or 0.0)
+            if r["wasted_gpu_s"] != r["wasted_gpu_s"] or not r["train_wall_s"] > 0:
+                continue
+            per_failure = max(0.0, float(r["wasted_gpu_s"]) - stall) / ws
+            steady = stall / ws / float(r["train_wall_s"])
+            est[st] = measured_estimate(st, n, mtbf, steady, per_failure)
+        if len(est) >= 2:
+            best = min(est, key=lambda k: est[k].wasted_gpu_hours_per_day)
+            out.append(f"at {n:,} GPUs (model, MTBF {mtbf:,.0f} h per GPU, costs as measured) "
+                       f"{best} would waste the least ({est[best].wasted_gpu_hours_per_day:.1f} "
+                       "GPU-h/day)")
     return out
 
 

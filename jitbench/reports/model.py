@@ -472,6 +472,31 @@ def _finish(strategy: str, n_gpus: int, params: ModelParams, steady: float, per_
     )
 
 
+def measured_estimate(strategy: str, n_gpus: int, mtbf_hours_per_gpu: float,
+                      steady_fraction: float, per_failure_s: float) -> StrategyEstimate:
+    """Waste of a strategy at ``n_gpus`` GPUs from its *measured* costs, for strategies
+    the analytic model has no formula for (the peers, in-process recovery).
+
+    ``waste = steady + N f x per_failure`` (the same form as every strategy of
+    :func:`estimate`): ``steady_fraction`` is the share of fault-free time the strategy
+    costs (its checkpoint stalls over the training time), ``per_failure_s`` the job
+    time one failure costs (seconds every GPU loses: detection, recovery and replayed
+    work). Both are taken as measured at a small world size and assumed independent
+    of ``n_gpus``, which holds for detection and replay, but not for a restart whose
+    rendezvous grows with the job: at scale this favours whole-job restarts. The
+    per-failure cost is that of the measured fault position (a periodic strategy's
+    replay depends on where the fault fell in its interval).
+
+    Raises:
+        ValueError: a negative cost or a non-positive MTBF.
+    """
+    if not (mtbf_hours_per_gpu > 0) or steady_fraction < 0 or per_failure_s < 0:
+        raise ValueError(f"measured_estimate: need MTBF > 0 and costs >= 0 (got "
+                         f"{mtbf_hours_per_gpu}, {steady_fraction}, {per_failure_s})")
+    params = ModelParams(mtbf_hours_per_gpu=mtbf_hours_per_gpu)
+    return _finish(strategy, n_gpus, params, steady_fraction, per_failure_s, None)
+
+
 def estimate(strategy: str, n_gpus: int, params: ModelParams) -> StrategyEstimate:
     """Analytic waste and goodput of ``strategy`` for a job of ``n_gpus`` GPUs.
 

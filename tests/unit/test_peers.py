@@ -158,3 +158,24 @@ def test_report_compares_strategies_per_fault_kind():
     (line,) = comparison_lines(t)
     assert line.startswith("gpt · kill at 2 ranks: torchft wasted the fewest GPU-seconds")
     assert "not the fault-free state: torchft (max_abs_diff 0.03)" in line
+
+
+def test_report_verdict_at_scale_weighs_steady_cost_against_per_failure_cost():
+    """A (a checkpoint stall of 0.1% of the time, 10 s lost per failure) against B (no
+    steady cost, 100 s per failure): with the model's MTBF of 50,000 h per GPU, B wastes
+    less at 1,024 GPUs (failures are rare) and A at 16,384 (N f x 90 s > 0.1%)."""
+    from jitbench.reports.html import comparison_lines
+    from jitbench.reports.model import measured_estimate
+
+    t = pd.DataFrame([
+        {"workload": "gpt", "fault": "kill", "strategy": "A", "world_size": 2,
+         "train_wall_s": 100.0, "checkpoint_stall_gpu_s": 0.2, "wasted_gpu_s": 20.2},
+        {"workload": "gpt", "fault": "kill", "strategy": "B", "world_size": 2,
+         "train_wall_s": 100.0, "checkpoint_stall_gpu_s": 0.0, "wasted_gpu_s": 200.0}])
+    (line,) = comparison_lines(t)
+    assert "at 1,024 GPUs (model, MTBF 50,000 h per GPU, costs as measured) B would" in line
+    assert "at 16,384 GPUs (model, MTBF 50,000 h per GPU, costs as measured) A would" in line
+    a = measured_estimate("A", 16384, 50_000.0, 0.001, 10.0)
+    assert a.waste_fraction == pytest.approx(0.001 + 16384 / (50_000 * 3600) * 10.0)
+    with pytest.raises(ValueError, match="MTBF > 0"):
+        measured_estimate("A", 8, 0.0, 0.0, 1.0)
