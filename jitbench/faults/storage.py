@@ -143,6 +143,18 @@ def _needs_checkpoints(cls: type[Fault], run: Any, spec: FaultSpec | None = None
             f"(--scenario) or use periodic:N")
 
 
+def is_data_write(path: Path) -> bool:
+    """Whether an I/O hook call's ``path`` is checkpoint *data* (not a manifest): a
+    replicated part's ``.pt`` file (or its ``.tmp``), or a DCP directory of
+    ``periodic-async`` (``async_*.dcp.tmp``, its files, or the renamed ``.dcp``)."""
+    n, parent = path.name, path.parent.name
+    if n.startswith(("jit_", "periodic_")) and n.endswith((".pt.tmp", ".pt")):
+        return True
+    if n.startswith("async_") and n.endswith((".dcp.tmp", ".dcp")):
+        return True
+    return parent.startswith("async_") and parent.endswith(".dcp.tmp")
+
+
 class FillFilesystem(Fault):
     """Emulated full filesystem: ENOSPC once the directory outgrows its capacity."""
 
@@ -204,10 +216,8 @@ class FailStorageIo(Fault):
         return _needs_checkpoints(cls, run, spec)
 
     def due(self, ctx: dict[str, Any]) -> bool:
-        if ctx.get("op") != self.p["op"] or not ctx["path"].name.startswith(("jit_", "periodic_")):
-            return False
-        if not ctx["path"].name.endswith((".pt.tmp", ".pt")):
-            return False  # the data file, not the manifest
+        if ctx.get("op") != self.p["op"] or not is_data_write(ctx["path"]):
+            return False  # the data, not the manifest
         return self.p["op"] != "write" or ctx["done"] >= self.p["at_frac"] * ctx["total"]
 
     def event_fields(self, ctx: dict[str, Any]) -> dict:
@@ -246,16 +256,23 @@ class TearWrite(Fault):
 
     @staticmethod
     def commit_ops(total_bytes: int) -> int:
-        """I/O operations of one part's commit (data file of ``total_bytes``)."""
+        """I/O operations of one replicated part's commit (data file of ``total_bytes``;
+        a ``periodic-async`` commit counts one write per file instead)."""
         chunks = max(1, -(-total_bytes // ckpt.CHUNK_BYTES))
         return chunks + 3 + TearWrite.MANIFEST_OPS
 
     def due(self, ctx: dict[str, Any]) -> bool:
-        name = ctx["path"].name
+        path: Path = ctx["path"]
         if self._n_ops is None:
-            if not (ctx["op"] == "write" and ctx["done"] == 0 and name.endswith(".pt.tmp")):
-                return False  # start counting at the first chunk of a part's data file
-            self._n_ops = self.commit_ops(ctx["total"])
+            if ctx["op"] == "write" and ctx["done"] == 0 and path.name.endswith(".pt.tmp"):
+                self._n_ops = self.commit_ops(ctx["total"])
+            elif ctx["op"] == "write" and is_data_write(path) and path.parent.is_dir() \
+                    and path.parent.name.endswith(".dcp.tmp"):
+                # periodic-async: one write per file DCP wrote, fsync, rename, dirsync
+                files = sum(1 for f in path.parent.iterdir() if f.is_file())
+                self._n_ops = files + 3 + self.MANIFEST_OPS
+            else:
+                return False  # start counting at the first write of a commit's data
             frac = self.p["frac"] if self.p["frac"] is not None else self.rng(ctx).random()
             self._target = min(self._n_ops - 1, int(frac * self._n_ops))
         self._index += 1

@@ -25,6 +25,14 @@ when the process dies leaves only a ``.tmp`` directory, which restore never
 looks at, so restore picks the newest *completed* checkpoint.
 
 The on-disk format (and its reader) is :mod:`jitbench.runtime.dcp_format`.
+
+Fault injection: the background thread calls the I/O hook of
+:mod:`jitbench.runtime.ckpt_format` as the other writers do, once DCP's upload has
+completed and before anything is durable: ``write`` once per file DCP wrote (with
+the bytes written up to it and the save's total: a torn write dies with the
+directory still ``.tmp``), then ``fsync`` (of the ``.tmp`` directory), ``rename``
+and ``dirsync``. DCP's own file writes happen inside its writer, which
+offers no per-chunk hook; an OS error there fails the save the same way.
 """
 
 from __future__ import annotations
@@ -70,6 +78,17 @@ class _Staged:
 
     def close(self) -> None:
         pass
+
+
+def _hooked_files(d: Path, at) -> None:
+    """Call ``at("write", file, done, total)`` for each file of ``d`` (see the module
+    docstring); ``done`` counts the bytes written up to and including that file."""
+    files = sorted(f for f in d.iterdir() if f.is_file())
+    sizes = [f.stat().st_size for f in files]
+    total, done = sum(sizes), 0
+    for f, size in zip(files, sizes, strict=True):
+        done += size
+        at("write", f, done, total)
 
 
 def _fsync_files(d: Path) -> None:
@@ -165,10 +184,15 @@ class AsyncCheckpointer:
 
     def _commit(self, fut: Future, step: int, tmp: Path, final: Path, mpath: Path, layout: dict,
                 meta: dict, t0: float) -> None:
+        at = ckpt.io_hook() or (lambda *_: None)
         try:
             fut.result()
+            _hooked_files(tmp, at)
+            at("fsync", tmp, 0, 0)
             _fsync_files(tmp)
+            at("rename", final, 0, 0)
             os.replace(tmp, final)
+            at("dirsync", final, 0, 0)
             ckpt.fsync_dir(self.dir)
             files = file_digests(final)
             manifest = {"manifest_version": ckpt.MANIFEST_VERSION, "kind": KIND,
@@ -187,6 +211,7 @@ class AsyncCheckpointer:
                                  durable=True)
             ckpt.prune(self.dir, self.keep_steps)
         except BaseException as exc:  # noqa: BLE001 - a failed async save leaves the last good one
+            _remove(tmp)  # nothing half-written stays behind
             self.events.emit("save", "end", kind=KIND, step=step, ok=False,
                              error=f"{type(exc).__name__}: {exc}"[:500], durable=True)
         finally:

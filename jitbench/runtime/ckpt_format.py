@@ -27,6 +27,7 @@ from pathlib import Path
 
 MANIFEST_VERSION = 2
 FORMAT = "jitbench-replicated"
+"""Manifest ``format``: every part is a complete copy of the replicated state."""
 COMMIT_TIME = "commit_t_wall"
 """Manifest field: wall time (s since the epoch, the writer's clock) taken right before
 the manifest's durable write begins. The manifest's rename (the commit) follows within
@@ -34,7 +35,6 @@ that write, so a part whose ``commit_t_wall`` is later than an instant was not c
 at that instant. Manifests written before the field existed have none: readers use the
 manifest file's ``st_mtime`` instead (its content is written, and its mtime set, right
 before the rename; a copy that does not preserve mtimes makes it later, never earlier)."""
-"""Manifest ``format``: every part is a complete copy of the replicated state."""
 PART_RE = re.compile(r"^(?P<kind>[a-z]+)_step(?P<step>\d{8})_rank(?P<rank>\d{5})\.json$")
 CHUNK_BYTES = 1 << 16
 """Parts are written in chunks of this many bytes (one ``write`` hook call each)."""

@@ -384,6 +384,27 @@ def test_c2_torn_periodic_write_resumes_from_newest_valid(storage_b):
     assert_recovered(s)
 
 
+@pytest.mark.parametrize("kind, params", [("eio", {"op": "write"}), ("torn-write", {})])
+def test_storage_faults_fire_in_the_asynchronous_writer(tmp_path, refs, kind, params):
+    """periodic-async writes in a background thread, which had no I/O hook: these faults
+    were accepted and never fired. EIO fails that save only (the previous checkpoint
+    stays newest, training goes on); a torn write kills rank 0 with the directory still
+    .tmp, and the restart restores the newest committed checkpoint."""
+    s, run_dir = campaign(tmp_path / "run", refs, [FaultSpec(kind, 0, 5, params=params)],
+                          strategy="periodic-async:3")
+    # it fires in the next commit from step 5 on: the background commit of step 3 or 6
+    # (the step in the event is the training thread's at that instant)
+    assert [f[:2] for f in fired(run_dir)] == [(kind, 0)] and s["unfired_faults"] == 0
+    if kind == "eio":
+        [bad] = events(run_dir, "save", phase="end", ok=False)
+        assert bad["step"] in (3, 6) and "Input/output error" in bad["error"]
+        assert s["num_failures"] == 0 and s["attempts"] == 1
+    else:
+        [f] = s["failures"]
+        assert f["restored_kind"] == "async" and f["restored_step"] in (3, 6)
+    assert_recovered(s)
+
+
 def test_corrupt_checkpoint_falls_back_and_says_so(storage_b):
     s, run_dir = storage_b
     [bad] = events(run_dir, "fault", kind="corrupt")

@@ -172,6 +172,42 @@ def test_failed_async_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch)
     assert [e["ok"] for e in ends] == [True, False] and "No space" in ends[1]["error"]
 
 
+@pytest.mark.parametrize("op", ["write", "fsync", "rename"])
+def test_async_writer_calls_the_io_hook_and_fails_cleanly(tmp_path, op):
+    """The background writer of periodic-async goes through the I/O fault hook like the
+    other writers (a storage fault under periodic-async used to be accepted and never
+    fire): an OS error at any step fails that save only, leaves no .tmp behind, and
+    the previous checkpoint stays the newest valid one."""
+    _, _, state = _model_and_state()
+    ev = EventLog(tmp_path / "attempt000_rank00000.jsonl", 0, 0)
+    d = tmp_path / "ckpt"
+    ac = async_ckpt.AsyncCheckpointer(d, 0, 2, ev)
+    calls: list[tuple[str, int, int]] = []
+
+    def hook(o, path, done, total):
+        calls.append((o, done, total))
+        if o == op and armed:
+            raise OSError(5, "Input/output error")
+
+    armed = False
+    prev = ckpt.set_io_hook(hook)
+    try:
+        ac.request(2, state)
+        ac.wait()
+        writes = [c for c in calls if c[0] == "write"]
+        assert writes and writes[-1][1] == writes[-1][2] and all(c[2] == writes[0][2] for c in writes)
+        assert [c[0] for c in calls if c[0] != "write"][:3] == ["fsync", "rename", "dirsync"]
+        armed = True
+        ac.request(4, state)
+        ac.wait()
+    finally:
+        ckpt.set_io_hook(prev)
+    assert [p.step for p in ckpt.list_parts(d)] == [2] and ckpt.newest_valid(d, 2)[0].step == 2
+    assert not list(d.glob("*.tmp"))
+    ends = [e for e in read_events(tmp_path) if e["event"] == "save" and e["phase"] == "end"]
+    assert [e["ok"] for e in ends] == [True, False] and "Input/output" in ends[1]["error"]
+
+
 def test_jit_hot_path_snapshot_in_place_equals_a_fresh_one():
     d = tempfile.mkdtemp()
     torch.manual_seed(0)
