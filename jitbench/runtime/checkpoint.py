@@ -49,6 +49,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -318,14 +319,49 @@ def newest_valid(ckpt_dir: str | os.PathLike, world_size: int | None = None,
     return None
 
 
+_TMP_STEP = re.compile(r"_step(\d{8})_rank\d{5}\.")
+
+
+def remove_stale_tmp(ckpt_dir: str | os.PathLike, before_step: int) -> list[str]:
+    """Remove ``.tmp`` files and directories of steps older than ``before_step``: what a
+    writer killed mid-write (a torn write) left behind. A write of an older step can
+    no longer be in progress once a newer step is committed, so nothing live is
+    touched (writes of the same step, e.g. every survivor's JIT part, are left alone).
+
+    Returns:
+        The names removed.
+    """
+    out = []
+    try:
+        entries = list(Path(ckpt_dir).iterdir())
+    except OSError:
+        return out
+    for f in entries:
+        m = _TMP_STEP.search(f.name)
+        if not f.name.endswith(".tmp") or m is None or int(m.group(1)) >= before_step:
+            continue
+        try:
+            if f.is_dir():
+                shutil.rmtree(f)
+            else:
+                f.unlink()
+            out.append(f.name)
+        except OSError:
+            pass
+    return out
+
+
 def prune(ckpt_dir: str | os.PathLike, keep_steps: int = 2) -> list[Part]:
-    """Remove parts of all but the ``keep_steps`` newest committed steps.
+    """Remove parts of all but the ``keep_steps`` newest committed steps, and the
+    ``.tmp`` leftovers of steps older than the newest (:func:`remove_stale_tmp`).
 
     The manifest is removed first (uncommit), then the data file. Returns the
     removed parts. Never removes a part of the newest committed step.
     """
     parts = list_parts(ckpt_dir)
     steps = sorted({p.step for p in parts}, reverse=True)
+    if steps:
+        remove_stale_tmp(ckpt_dir, steps[0])
     keep = set(steps[:max(1, keep_steps)])
     removed = []
     for p in parts:

@@ -271,3 +271,20 @@ def test_async_commit_never_runs_on_the_training_thread(tmp_path, monkeypatch):
     gate.set()
     ac.wait(30)
     assert committed_in and committed_in[0] is not caller
+
+
+def test_a_commit_removes_what_torn_writes_of_older_steps_left(tmp_path):
+    """A writer killed mid-write leaves its .tmp (a file, or a DCP directory) forever;
+    the next commit of a newer step removes it, and leaves .tmp of its own step (other
+    ranks' parts of the same JIT save may be in progress)."""
+    _, _, state = _model_and_state()
+    d = tmp_path / "ckpt"
+    ckpt.write_part(d, "periodic", 3, 0, 2, state)
+    (d / "periodic_step00000006_rank00000.pt.tmp").write_bytes(b"half")
+    (d / "async_step00000004_rank00000.dcp.tmp").mkdir()
+    (d / "async_step00000004_rank00000.dcp.tmp" / "__0_0.distcp").write_bytes(b"half")
+    (d / "jit_step00000009_rank00001.pt.tmp").write_bytes(b"being written")
+    ckpt.write_part(d, "periodic", 9, 0, 2, state)
+    ckpt.prune(d, keep_steps=2)
+    assert sorted(f.name for f in d.glob("*.tmp")) == ["jit_step00000009_rank00001.pt.tmp"]
+    assert [p.step for p in ckpt.list_parts(d)] == [9, 3]
