@@ -23,7 +23,8 @@ def lint(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def heavy(session: nox.Session) -> None:
     """Tables of multi-process runs kept out of the CI suite for time (the fault-kind
-    matrix of in-process recovery)."""
+    matrix of in-process recovery, every example of ``launch`` under every fault, every
+    ``inmem`` cell)."""
     session.run("python", "-m", "pytest", "-m", "heavy", *session.posargs)
 
 

@@ -50,10 +50,12 @@ def _expected(step: int, at: str, n: int) -> tuple[int, int]:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("strategy, kind, step, at, spares", [
     ("inmem:2", "kill", 6, "collective", 1),      # copy at 4, replays step 5
-    ("inmem:2", "kill", 5, "collective", 0),      # copy at 4, nothing to replay; own agent
+    pytest.param("inmem:2", "kill", 5, "collective", 0,  # copy at 4, nothing to replay;
+                 marks=pytest.mark.heavy),                # its own agent restarts it
     ("inmem:2", "nccl-hang", 8, "collective", 1),  # copy at 6, replays step 7
-    ("inmem:1", "kill", 6, "collective", 1),      # a copy at every step
-    ("inmem:1", "nccl-hang", 5, "collective", 1),
+    pytest.param("inmem:1", "kill", 6, "collective", 1,  # a copy at every step
+                 marks=pytest.mark.heavy),
+    pytest.param("inmem:1", "nccl-hang", 5, "collective", 1, marks=pytest.mark.heavy),
     ("inmem:4", "kill", 7, "optimizer", 1),       # peer finished 7, copy at 4: replays 5-7
 ], ids=lambda v: str(v))
 def test_one_failure_rolls_back_to_the_last_in_memory_copy(tmp_path, shared_reference,

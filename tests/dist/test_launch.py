@@ -55,8 +55,13 @@ def references(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("kind", ["kill", "nccl-hang"])
-@pytest.mark.parametrize("example", sorted(CASES))
+IN_SUITE = {("ddp_tutorial.py", "kill"), ("own_dcp.py", "nccl-hang")}
+"""The cells the CI suite runs (its time budget); ``nox -s heavy`` runs every cell."""
+
+
+@pytest.mark.parametrize("example, kind", [
+    pytest.param(e, k, marks=() if (e, k) in IN_SUITE else pytest.mark.heavy)
+    for e in sorted(CASES) for k in ("kill", "nccl-hang")])
 def test_example_recovers_by_itself(tmp_path, references, example, kind):
     _, step, restored = CASES[example]
     out = run_script(_spec(example, [FaultSpec(kind, 1, step)]), tmp_path / "run",
