@@ -254,7 +254,10 @@ def test_async_commit_never_runs_on_the_training_thread(tmp_path, monkeypatch):
     ev = EventLog(tmp_path / "attempt000_rank00000.jsonl", 0, 0)
     ac = async_ckpt.AsyncCheckpointer(tmp_path / "ckpt", 0, 2, ev)
 
-    def finished_upload(payload, storage_writer, **_):  # the write itself is not under test
+    def finished_upload(payload, storage_writer, **_):  # what DCP would have written
+        tmp = tmp_path / "ckpt" / (ckpt.part_name("async", 3, 0) + ".dcp.tmp")
+        tmp.mkdir(parents=True, exist_ok=True)
+        (tmp / "__0_0.distcp").write_bytes(b"x" * 64)
         done: Future = Future()
         done.set_result(None)
         return done
