@@ -159,6 +159,20 @@ def execute(spec: RunSpec, run_dir: Path, progress: Callable[[dict], None] | Non
     return launch(spec, run_dir, progress, timeout_s)
 
 
+def recovery_means(m: metrics.RunMetrics, world_size: int) -> dict:
+    """The summary's recovery phases (mean over failures, s; None without one) and
+    replayed-work counts, shared by ``run`` and ``launch`` summaries."""
+    out: dict = {}
+    for k in ("detect_s", "stall_s", "save_s", "restart_s", "restore_s", "recovery_s",
+              "replay_s", "reform_s", "transfer_s"):
+        vals = [getattr(f, k) for f in m.failures if getattr(f, k) is not None]
+        out[k] = sum(vals) / len(vals) if vals else None
+    out["replayed_steps"] = m.replayed_steps
+    out["replayed_gpu_steps"] = m.replayed_steps * world_size
+    out["max_replayed_steps_per_failure"] = m.max_replayed_steps_per_failure
+    return out
+
+
 def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
               ref: LaunchResult | None, ref_dir: Path | None = None) -> dict:
     """Metrics, correctness oracles and provenance of a finished run (JSON-able).
@@ -182,13 +196,7 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
                      "agent_exit": res.returncode, "interrupted": res.interrupted,
                      "wall_s": res.wall_s}
     fails = m.failures
-    for k in ("detect_s", "stall_s", "save_s", "restart_s", "restore_s", "recovery_s",
-              "replay_s", "reform_s", "transfer_s"):
-        vals = [getattr(f, k) for f in fails if getattr(f, k) is not None]
-        summary[k] = sum(vals) / len(vals) if vals else None
-    summary["replayed_steps"] = m.replayed_steps
-    summary["replayed_gpu_steps"] = m.replayed_steps * spec.world_size
-    summary["max_replayed_steps_per_failure"] = m.max_replayed_steps_per_failure
+    summary.update(recovery_means(m, spec.world_size))
     summary["expected_replayed_steps"] = sum(f.expected_replayed_steps or 0 for f in fails)
     summary["last_commit_step"] = fails[-1].last_commit_step if fails else None
     summary["replay_ok"] = (replay_ok(spec.strategy, fails) if not per_replica

@@ -45,6 +45,7 @@ from jitbench.harness.run import (
     fired_faults,
     machine_fingerprint,
     prepare_dir,
+    recovery_means,
     write_records,
 )
 from jitbench.harness.run import end_reason as run_end_reason
@@ -350,13 +351,7 @@ def summarize(spec: ScriptSpec, run_dir: Path, res: LaunchResult, ref: LaunchRes
                      "agent_exit": res.returncode, "interrupted": res.interrupted,
                      "wall_s": res.wall_s}
     fails = m.failures
-    for k in ("detect_s", "stall_s", "save_s", "restart_s", "restore_s", "recovery_s",
-              "replay_s", "reform_s", "transfer_s"):
-        vals = [getattr(f, k) for f in fails if getattr(f, k) is not None]
-        summary[k] = sum(vals) / len(vals) if vals else None
-    summary["replayed_steps"] = m.replayed_steps
-    summary["replayed_gpu_steps"] = m.replayed_steps * spec.world_size
-    summary["max_replayed_steps_per_failure"] = m.max_replayed_steps_per_failure
+    summary.update(recovery_means(m, spec.world_size))
     summary["expected_replayed_steps"] = None  # the script's checkpoints are its own
     summary["last_commit_step"] = None
     summary["replay_ok"] = None
