@@ -11,7 +11,7 @@ minibatch is re-executed per failure.
 
 Per step it keeps the boundary snapshot current (``snapshot_each_step``: RNG
 streams, buffers, scheduler, scaler, hyper-parameters, data position; a few
-KB, about 80-90 µs per step for the reference workloads, the ``rt_s`` of
+KB, measured by ``benchmarks/runtime_step_cost.py``, the ``rt_s`` of
 step-end events). With ``interval > 0`` it also writes a synchronous
 periodic checkpoint every ``interval`` steps as a safety net.
 """

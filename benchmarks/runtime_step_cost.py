@@ -1,0 +1,212 @@
+"""The JIT runtime's own cost per step on the training thread, split by component.
+
+Trains the default GPT (``gpt``, size ``small``, batch 8) in this process, one
+rank with no process group (as ``tests/unit/test_state.py`` does), under the
+``jit`` strategy, for ``--steps`` steps after ``--warmup`` excluded ones, and
+prints per component the median, 10th and 90th percentile over the steps, in
+microseconds (µs):
+
+- ``rt_s (end, runtime)``: the ``rt_s`` field of the step-end events, the
+  runtime's self-measured step-end cost (lock, snapshot): what ``jitbench
+  overhead`` reports as ``runtime/step``;
+- ``_begin`` / ``_end``: wall time of :meth:`Runtime._begin` and
+  :meth:`Runtime._end` on the training thread, everything included (the event
+  lines, ``strategy.at_boundary``): the runtime's whole per-step cost on the
+  training thread is their sum (``begin + end``);
+- the parts, each timed on its own at the same boundary right after the step
+  (the same calls the runtime makes, repeated outside the step so the totals
+  above stay unperturbed): ``Boundary.refresh`` (the whole snapshot) and inside
+  it the RNG capture, the buffers' in-place copy, the optimizer
+  hyper-parameters, the LR scheduler, the data position; ``EventLog.emit`` of a
+  step-end event (what the training thread pays for one event line) and, for
+  reference, what encoding and writing that line costs (``json.dumps`` +
+  ``os.write`` to a scratch file: since the event log writes on its own
+  thread, not on the training thread).
+
+The header names the machine (CPU, ``nproc``, load average before and after),
+the commit, Python and torch. Figures are wall times on a shared machine:
+compare medians of runs taken at similar load.
+
+    PYTHONPATH=. python benchmarks/runtime_step_cost.py [--steps 300] [--out FILE]
+
+To measure another commit, run a copy of this file inside an export of it
+(``git archive C | tar -x -C /tmp/c``): the script imports the tree it lies in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from jitbench.runtime.config import RuntimeConfig  # noqa: E402
+from jitbench.runtime.core import Runtime  # noqa: E402
+from jitbench.runtime.events import EventLog, events_path, read_events  # noqa: E402
+from jitbench.runtime.rng import capture_rng_raw  # noqa: E402
+
+try:  # the small-state copy of the runtime (before it had one: deepcopy)
+    from jitbench.runtime.state import copy_small  # noqa: E402
+except ImportError:  # pragma: no cover - measuring an older tree
+    from copy import deepcopy as copy_small  # noqa: E402
+from jitbench.workloads import WorkloadConfig, build_workload  # noqa: E402
+
+
+def _timed(times: list[float], fn):
+    def wrapper(*a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return fn(*a, **kw)
+        finally:
+            times.append(time.perf_counter() - t0)
+    return wrapper
+
+
+def _once(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path) -> dict:
+    """Per-step times (s) of every component over ``steps`` measured steps."""
+    torch.set_num_threads(1)
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    cfg = WorkloadConfig(name="gpt", size=size, steps=steps + warmup, batch_size=batch_size,
+                         extra={"max_bytes": 200_000})
+    wl = build_workload(cfg, 0, 1, torch.device("cpu"))
+    events = EventLog(events_path(tmp, 0, 0), 0, 0)
+    rt = Runtime(RuntimeConfig(strategy="jit", ckpt_dir=str(tmp / "ckpt"), hang_first_s=600,
+                               hang_floor_s=600, sync_bound_s=600, run_id="bench"),
+                 events, rank=0, world_size=1, exit_fn=lambda code: None)
+    rt.register(wl.model, wl.optimizer, wl.scheduler, scaler=wl.scaler,
+                data_state=wl.data_state, load_data=wl.load_data_state)
+    rt.restore()
+    begin: list[float] = []
+    end: list[float] = []
+    rt._begin = _timed(begin, rt._begin)
+    rt._end = _timed(end, rt._end)
+    parts: dict[str, list[float]] = {k: [] for k in (
+        "Boundary.refresh (whole snapshot)", "  rng capture", "  buffers copy",
+        "  optimizer hyper-parameters", "  LR scheduler", "  data position (at a save, not per step)",
+        "EventLog.emit (step end)", "  ref: json.dumps + os.write (writer thread)")}
+    scratch = os.open(tmp / "scratch.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    snap = rt.boundary.snapshot
+    bufs = list(snap["buffers"].values())
+    live = [b for _, b in wl.model.named_buffers()]
+    scratch_log = EventLog(tmp / "scratch-events.jsonl", 0, 0)
+    for step in range(1, steps + warmup + 1):
+        with rt.step(step) as info:
+            loss = wl.loss(wl.model, wl.batch(step, 0))
+            loss.backward()
+            wl.optimizer.step()
+            wl.optimizer.zero_grad(set_to_none=True)
+            wl.scheduler.step()
+            info.update(loss=loss.item())
+        if step <= warmup:
+            continue
+        # the parts, each on its own at this boundary
+        p = parts
+        p["Boundary.refresh (whole snapshot)"].append(_once(lambda s=step: rt.boundary.refresh(s)))
+        p["  rng capture"].append(_once(capture_rng_raw))
+        if bufs:
+            p["  buffers copy"].append(_once(lambda: torch._foreach_copy_(bufs, live)))
+        p["  optimizer hyper-parameters"].append(_once(lambda: [
+            {k: copy_small(v) for k, v in g.items() if k != "params"}
+            for g in wl.optimizer.param_groups]))
+        p["  LR scheduler"].append(_once(lambda: copy_small(wl.scheduler.state_dict())))
+        p["  data position (at a save, not per step)"].append(_once(lambda s=step: copy_small(wl.data_state(s))))
+        p["EventLog.emit (step end)"].append(_once(lambda s=step: scratch_log.emit(
+            "step", "end", step=s, dur_s=0.1, rt_s=1e-5, loss=1.0)))
+        rec = {"event": "step", "phase": "end", "t_wall": time.time(), "t_mono": time.monotonic(),
+               "rank": 0, "attempt": 0, "pid": 1, "host": "h", "step": step, "dur_s": 0.1,
+               "rt_s": 1e-5, "loss": 1.0}
+        p["  ref: json.dumps + os.write (writer thread)"].append(_once(
+            lambda r=rec: os.write(scratch, (json.dumps(r) + "\n").encode())))
+    rt.finish()
+    rt.close()
+    events.close()
+    scratch_log.close()
+    os.close(scratch)
+    rts = [e["rt_s"] for e in read_events(tmp) if e["event"] == "step"
+           and e["phase"] == "end" and e["step"] > warmup]
+    both = [b + e for b, e in zip(begin[warmup:], end[warmup:], strict=True)]
+    return {"rt_s (end, runtime)": rts, "_begin (training thread)": begin[warmup:],
+            "_end (training thread)": end[warmup:],
+            "begin + end (training thread)": both, **parts}
+
+
+def _cpu() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        return out + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def report(times: dict, steps: int, size: str, batch_size: int, load0, load1) -> str:
+    """The table: median, p10, p90 per component (µs)."""
+    head = [f"# runtime step cost: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, "
+            f"commit {_commit()}, Python {platform.python_version()}, torch {torch.__version__}",
+            f"# machine: {_cpu()}, nproc {os.cpu_count()}, load average (1/5/15 min) "
+            f"{' '.join(f'{x:.2f}' for x in load0)} before, "
+            f"{' '.join(f'{x:.2f}' for x in load1)} after",
+            f"# gpt {size}, batch {batch_size}, strategy jit, 1 rank in process, "
+            f"{steps} measured steps; microseconds per step",
+            f"{'component':40s} {'median':>8s} {'p10':>8s} {'p90':>8s} {'n':>5s}"]
+    for k, xs in times.items():
+        if not xs:
+            continue
+        us = sorted(x * 1e6 for x in xs)
+        q = statistics.quantiles(us, n=10) if len(us) > 1 else [us[0]] * 9
+        head.append(f"{k:40s} {statistics.median(us):8.1f} {q[0]:8.1f} {q[8]:8.1f} {len(us):5d}")
+    return "\n".join(head) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=300, help="measured steps")
+    ap.add_argument("--warmup", type=int, default=20, help="excluded first steps")
+    ap.add_argument("--size", default="small", help="gpt size (default: the default, small)")
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--out", type=Path, help="also append the table to this file")
+    a = ap.parse_args()
+    load0 = os.getloadavg()
+    with tempfile.TemporaryDirectory() as d:
+        times = measure(a.steps, a.warmup, a.size, a.batch_size, Path(d))
+    text = report(times, a.steps, a.size, a.batch_size, load0, os.getloadavg())
+    print(text, end="")
+    if a.out:
+        with open(a.out, "a", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
