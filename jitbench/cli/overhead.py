@@ -31,11 +31,17 @@ def overhead(
     strategies: Annotated[str, typer.Option(help="Comma-separated strategies (none is "
                                                  "always included).")]
     = "none,jit,periodic:10,periodic-async:10",
-    segment_steps: Annotated[int, typer.Option(help="Steps per segment (a multiple of "
-                                                    "every interval).")] = 20,
-    repeats: Annotated[int, typer.Option(help="Segments per strategy.")] = 5,
+    segment_steps: Annotated[int, typer.Option(help="Measured steps per segment (a "
+                                                    "multiple of every interval).")] = 20,
+    repeats: Annotated[int | None, typer.Option(
+        help="Segments per strategy (default: one whole balanced design; a multiple of "
+             "the design size keeps the order balanced).")] = None,
     warmup_steps: Annotated[int, typer.Option(help="Excluded steps before the first "
                                                    "segment.")] = 10,
+    segment_warmup: Annotated[int, typer.Option(help="Excluded steps at the start of "
+                                                     "every segment.")] = 3,
+    order_seed: Annotated[int, typer.Option("--order-seed", help="Seed of the order's "
+                                            "shuffle and of the bootstrap.")] = 0,
     nproc: Annotated[int, typer.Option("--nproc", help="Ranks.")] = 2,
     backend: Backend = "gloo",
     batch_size: BatchSize = 8,
@@ -48,9 +54,10 @@ def overhead(
 ) -> None:
     """Steady-state overhead of each strategy versus none.
 
-    Every strategy fault-free, interleaved in segments of one launch; strategies with
-    their own launcher (jit-inprocess, the peers) one launch per strategy and repeat,
-    in the same order, with the same A/A control."""
+    Every strategy fault-free, in segments of one launch ordered by a balanced
+    (Williams) design with an A/A control; strategies with their own launcher
+    (jit-inprocess, the peers) one launch per strategy and repeat, in the same order.
+    Overheads come with 95% bootstrap intervals."""
     from jitbench.harness.overhead import OverheadConfig, run_overhead
     from jitbench.harness.spec import RunSpec
     from jitbench.workloads import WorkloadConfig
@@ -58,7 +65,8 @@ def overhead(
     if size:
         check_sizes({workload: size})
     cfg = OverheadConfig(strategies=csv_list(strategies), segment_steps=segment_steps,
-                         repeats=repeats, warmup_steps=warmup_steps)
+                         repeats=repeats, warmup_steps=warmup_steps,
+                         segment_warmup=segment_warmup, seed=order_seed)
     base = RunSpec(workload=WorkloadConfig(name=workload, size=size, batch_size=batch_size,
                                            seed=seed), nproc=nproc, backend=backend)
     base.validate()
@@ -84,27 +92,36 @@ def overhead(
 
 
 def overhead_table(rows: list[dict], meta: dict) -> Table:
-    """Terminal table of the overhead summary."""
+    """Terminal table of the overhead summary: the estimate (ratio of summed step
+    times over the repeats) with its 95% bootstrap interval, the per-repeat
+    median and IQR, and a verdict against the A/A control's interval."""
     from rich.table import Table
 
     unit = ("launches" if meta.get("mode") == "launches" else "segments")
+    bal = ("balanced order" if meta.get("balanced") else
+           f"UNBALANCED order (repeats not a multiple of {meta.get('design_size')})")
     tab = Table(title=f"steady-state overhead: {meta['workload']} x{meta['world_size']}, "
-                      f"{meta['repeats']} repeats of {meta['segment_steps']}-step {unit}")
-    for c in ("strategy", "step s (median)", "overhead % (median)", "IQR %", "min..max %",
-              "CPU-time % [min..max]", "runtime/step", "verdict"):
+                      f"{meta['repeats']} repeats of {meta['segment_steps']}-step {unit}, "
+                      f"{bal}, seed {meta.get('seed', 0)}")
+    for c in ("strategy", "step s (median)", "overhead %", "95% CI %", "median [IQR] %",
+              "CPU-time %", "runtime/step", "verdict"):
         tab.add_column(c, justify="left" if c in ("strategy", "verdict") else "right")
     for r in rows:
         pct_of_step = (r["rt_us"] / 1e6 / r["step_s"] * 100) if r["rt_us"] and r["step_s"] else None
+        wn = r.get("within_noise")
         verdict = ("baseline" if r["strategy"] == "none" else
-                   "noise (A/A)" if r["strategy"] == "none-aa" else
-                   "within noise" if r["within_noise"] else
+                   ("noise (A/A): unbiased" if r.get("control_ok", True) else
+                    "A/A BIASED: no verdicts") if r["strategy"] == "none-aa" else
+                   "no verdict" if wn is None else
+                   "within noise" if wn else
                    "slower" if r["overhead_pct"] > 0 else "faster")
         name = "none (A/A control)" if r["strategy"] == "none-aa" else r["strategy"]
+        lo, hi = r.get("overhead_pct_lo"), r.get("overhead_pct_hi")
+        med = r.get("overhead_pct_median", r["overhead_pct"])
         tab.add_row(name, f"{r['step_s']:.4f}", f"{r['overhead_pct']:+.2f}",
-                    f"[{r['overhead_pct_q25']:+.2f}, {r['overhead_pct_q75']:+.2f}]",
-                    f"[{r['overhead_pct_min']:+.2f}, {r['overhead_pct_max']:+.2f}]",
+                    "-" if lo is None else f"[{lo:+.2f}, {hi:+.2f}]",
+                    f"{med:+.2f} [{r['overhead_pct_q25']:+.2f}, {r['overhead_pct_q75']:+.2f}]",
                     "-" if r.get("cpu_overhead_pct") is None else
-                    f"{r['cpu_overhead_pct']:+.2f} [{r['cpu_overhead_pct_min']:+.2f}, "
-                    f"{r['cpu_overhead_pct_max']:+.2f}]",
+                    f"{r['cpu_overhead_pct']:+.2f}",
                     f"{cell(r['rt_us'], 0)} us ({cell(pct_of_step, 3)}%)", verdict)
     return tab

@@ -1,74 +1,83 @@
-"""Steady-state overhead: step time per strategy from interleaved segments of one run.
+"""Steady-state overhead: step time per strategy from balanced segments of one run.
 
 ``overhead_pct`` (DESIGN.md, "Metrics") is the step time under a strategy over
-the step time with no checkpointing, minus one. It is small (JIT: a few
+the step time with no checkpointing, minus one. It is small (JIT: tens of
 microseconds per step; periodic: one save every N steps), while step times on
 a shared machine drift by several per cent over minutes. So jitbench measures
 every strategy *inside one launch*: the worker trains one job and switches the
 runtime's strategy at segment boundaries (:meth:`Runtime.set_strategy`)::
 
-    warm-up (none) | A B C D | D C B A | A B C D | ...     (one segment = S steps)
+    warm-up (none) | C A D B | A B C D | D C B A | ...   (one row of the design per repeat)
 
 Why one launch rather than interleaved launches: separate launches differ in
 things that have nothing to do with the strategy (process start-up, allocator
 and page-cache state, which cores the ranks land on, the first iterations of
 DDP), and each launch costs seconds of start-up. Inside one launch the same
-processes with the same memory run adjacent segments seconds apart, so slow
-drift (other jobs on the machine, thermal state) hits neighbouring segments
-almost equally; reversing the order every other repeat (ABCD DCBA) cancels a
-linear drift within a repeat. What one launch cannot show is a strategy's
-start-up cost (e.g. the first async save creating its thread pool): that is
-part of the first repeat only, and the median over repeats discounts it.
+processes with the same memory run adjacent segments seconds apart.
+
+**Order** (:meth:`OverheadConfig.order`, the single source of order in both
+modes): a Williams design over the labels (the strategies and the A/A control
+``none-aa``; Williams 1949, "Experimental designs balanced for the estimation
+of residual effects of treatments"): a Latin square whose rows, one per
+repeat, put every label in every position once, and where every label
+follows every other label within a row equally often (once for an even number
+of labels; for an odd number the square and its mirror, ``2n`` rows). Labels
+and rows are shuffled with a recorded ``seed``. With ``repeats`` a multiple of
+the design size (:meth:`OverheadConfig.design_size`, the default) the order is
+balanced: a slow first position, a drift, or background work spilling into the
+next segment (an async save) hits every label alike. The old ABBA order was
+not: the control always followed ``periodic-async`` in even repeats, ``none``
+never did, and the A/A control read +7% on an idle machine.
+
+**Warm-up per segment**: the first ``segment_warmup`` steps of every segment
+(and of every launch) are run but not measured, so the switch and what the
+previous segment left behind fall outside the measurement. The measured
+window is ``segment_steps`` long, a multiple of every periodic interval: it
+then holds the same number of checkpoints in every segment; segments are
+stretched to a multiple of the intervals' LCM and the first warm-up so that
+checkpoints fall mid-window (an async save's last write overlaps the window's
+own steps).
 
 Measurement, from rank 0's events only (ranks move in lockstep: every step
 ends in a collective):
 
-- a segment's step time = (begin of the next segment's first step - begin of
-  its own first step) / S: every step, every checkpoint in it, and the
-  switch (which waits for an async save in flight) are included. The mean over
-  the segment's steps, not the median: a periodic checkpoint costs one step
-  in N, which a median would hide;
-- per repeat r: ``overhead[r, s] = step_s[r, s] / step_s[r, none] - 1``, the
-  ratio to the adjacent ``none`` segment of the same repeat;
-- per strategy: ``step_s`` = median over repeats, ``overhead_pct`` = 100 x
-  median over repeats, with the spread over repeats as IQR (``q25``/``q75``)
-  and min-max;
-- an A/A control: every repeat also runs a second ``none`` segment
-  (``none-aa``), whose ratio to the first is pure measurement noise. A
-  strategy's overhead is ``within_noise`` when its median lies inside
-  ``±max |control|`` over the repeats (the band is symmetric: which of two
-  identical segments comes first is arbitrary; without a control: when its
-  own min-max range contains 0): "indistinguishable from zero at this
-  precision", where the precision is measured, not assumed;
+- per step: begin-to-begin time (s), CPU time (s), the runtime's ``rt_s``
+  (µs), kept in ``overhead_steps.csv``; a segment's ``step_s`` is the mean
+  over its measured window (a periodic checkpoint costs one step in N, which a
+  median would hide);
+- per strategy: ``overhead_pct = 100 x (sum_r step_s[r, s] / sum_r step_s[r,
+  none] - 1)`` over the repeats. In a balanced order every label occupies
+  each position equally often, so a linear drift over the run cancels exactly
+  in the two sums. ``overhead_pct_median`` is the median of the per-repeat
+  ratios, ``overhead_pct_min/max/q25/q75`` their spread;
+- a 95% bootstrap interval (``overhead_pct_lo``/``_hi``): ``resamples`` (2,000)
+  resamplings of whole repeats with replacement, seeded, the percentile
+  interval of ``overhead_pct`` over them (Efron and Tibshirani 1993, ch. 13);
+- the A/A control: ``none-aa`` is ``none`` under another label, so its
+  ``overhead_pct`` is measurement error and its interval must contain 0. When
+  it does (``control_ok``), a strategy is ``within_noise`` when its own
+  interval contains 0; when it does not, the design is biased and no strategy
+  gets a verdict (``within_noise`` is None);
 - ``cpu_overhead_pct``: the same ratio of rank 0's process CPU time per step
-  (``cpu_s`` of step-begin events, :func:`time.process_time`, every thread).
-  Other jobs on the machine stretch wall time but hardly CPU time, so on a
-  shared machine this is the precise figure for CPU work such as the JIT
-  snapshot or an async writer thread; it leaves out time spent waiting (an
-  fsync, a barrier), which only the wall-time ratio holds;
+  (``cpu_s`` of step-begin events, :func:`time.process_time`, every thread):
+  on a shared machine the precise figure for CPU work such as the JIT snapshot
+  or an async writer thread; it leaves out time spent waiting;
 - ``rt_us``: the median of the runtime's own time at a step end (lock and
-  snapshot, the ``rt_s`` field of step-end events), in microseconds: the JIT
-  hot path measured directly.
+  snapshot, the ``rt_s`` field of step-end events), in microseconds.
 
 Strategies with their own launcher (``jit-inprocess`` with its spares and
 membership store, the peers) cannot be a segment of a ``none`` launch: what
-they cost is partly outside the training processes (hot spares polling the
-store, the peers' lighthouse and heartbeats). When any is asked for, the
+they cost is partly outside the training processes. When any is asked for, the
 measurement runs in **launch mode**: one fault-free launch per strategy and
-repeat, in the same ABBA order with the same A/A control (a second ``none``
+repeat, in the same order with the same A/A control (a second ``none``
 launch), each measured over ``segment_steps`` steps after ``warmup_steps``
-excluded ones, by the same formulas. Launches differ in more than the strategy
-(start-up, page cache, which cores the ranks land on), so the control's band is
-wider than in segment mode; the table says which mode measured it.
-
-Every segment of a periodic strategy holds the same number of checkpoints:
-the segment length must be a multiple of each interval, and the warm-up is
-stretched so checkpoints fall mid-segment (an async save's last write then
-overlaps the segment's own steps).
+excluded ones, by the same formulas.
 """
 
 from __future__ import annotations
 
+import math
+import random
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,8 +86,30 @@ from jitbench.harness.segments import CONTROL
 from jitbench.harness.spec import RunSpec, SpecError, Strategy
 from jitbench.runtime.events import read_events
 
-OVERHEAD_VERSION = 1
+OVERHEAD_VERSION = 2
 DEFAULT_STRATEGIES = ("none", "jit", "periodic:10", "periodic-async:10")
+
+
+def williams_design(n: int) -> list[list[int]]:
+    """Rows of a Williams design over symbols ``0 .. n-1``: every symbol once per
+    row and once per column; every ordered pair of distinct symbols adjacent
+    (``a`` right before ``b``) in the same number of rows. ``n`` rows for even
+    ``n``, ``2n`` (the square and its mirror) for odd ``n``.
+
+    Raises:
+        ValueError: ``n < 1``.
+    """
+    if n < 1:
+        raise ValueError("a design needs at least one symbol")
+    first, lo, hi = [0], 1, n - 1
+    while len(first) < n:
+        first.append(lo)
+        lo += 1
+        if len(first) < n:
+            first.append(hi)
+            hi -= 1
+    rows = [[(x + i) % n for x in first] for i in range(n)]
+    return rows if n % 2 == 0 or n == 1 else rows + [r[::-1] for r in rows]
 
 
 @dataclass
@@ -88,13 +119,21 @@ class OverheadConfig:
     strategies: list[str] = field(default_factory=lambda: list(DEFAULT_STRATEGIES))
     """Strategies to compare; ``none`` is added first when missing (it is the baseline)."""
     segment_steps: int = 20
-    """Steps per segment (a multiple of every periodic interval)."""
-    repeats: int = 5
-    """Segments per strategy (ABCD DCBA ... order)."""
+    """Measured steps per segment (a multiple of every periodic interval)."""
+    repeats: int | None = None
+    """Segments per strategy, one row of the design each; None: one whole design
+    (:meth:`design_size`), the smallest balanced number."""
     warmup_steps: int = 10
     """Fault-free steps under ``none`` before the first segment, excluded (at least this many)."""
+    segment_warmup: int = 3
+    """Steps at the start of every segment that are run but not measured (at least this
+    many: stretched so segments stay aligned with the periodic intervals)."""
     control: bool = True
     """Add an A/A control (a second ``none`` segment per repeat) that measures the noise."""
+    seed: int = 0
+    """Seed of the order's shuffle and of the bootstrap (recorded in ``overhead.json``)."""
+    resamples: int = 2000
+    """Bootstrap resamples of the repeats for each interval."""
     mode: str = "segments"
     """``segments`` (one launch) or ``launches`` (one launch per strategy and repeat);
     set by :meth:`validate`: launches when a strategy has its own launcher."""
@@ -106,9 +145,10 @@ class OverheadConfig:
             SpecError: unknown or ``auto`` strategy, duplicates, a segment length that
                 is not a multiple of an interval, or non-positive sizes.
         """
-        if self.segment_steps < 2 or self.repeats < 1 or self.warmup_steps < 0:
+        if (self.segment_steps < 2 or (self.repeats is not None and self.repeats < 1)
+                or self.warmup_steps < 0 or self.segment_warmup < 0 or self.resamples < 100):
             raise SpecError("overhead needs --segment-steps >= 2, --repeats >= 1, "
-                            "--warmup-steps >= 0")
+                            "--warmup-steps >= 0, --segment-warmup >= 0, resamples >= 100")
         raw = [s.strip().lower() for s in self.strategies if s.strip()]
         if len(set(raw)) != len(raw):
             raise SpecError(f"duplicate strategy in {','.join(self.strategies)}")
@@ -128,27 +168,66 @@ class OverheadConfig:
                      else "segments")
         return out
 
-    def order(self) -> list[tuple[str, int]]:
-        """``[(strategy or CONTROL, repeat), ...]`` in measurement order: the
-        strategies, then the control, reversed every other repeat (ABCD DCBA ...)."""
+    def labels(self) -> list[str]:
+        """The strategies and, with ``control``, the A/A control's label."""
         self.validate()
-        labels = self.strategies + ([CONTROL] if self.control else [])
-        return [(s, r) for r in range(self.repeats)
-                for s in (labels if r % 2 == 0 else labels[::-1])]
+        return self.strategies + ([CONTROL] if self.control else [])
+
+    def design_size(self) -> int:
+        """Rows of the Williams design over :meth:`labels` (:func:`williams_design`):
+        repeats that are a multiple of it are balanced in position and predecessor."""
+        return len(williams_design(len(self.labels())))
+
+    def n_repeats(self) -> int:
+        """``repeats``, or one whole design when it is None."""
+        return self.repeats if self.repeats is not None else self.design_size()
+
+    def balanced(self) -> bool:
+        """Whether every label takes every position and follows every other label
+        (within a repeat) equally often."""
+        return self.n_repeats() % self.design_size() == 0
+
+    def order(self) -> list[tuple[str, int]]:
+        """``[(strategy or CONTROL, repeat), ...]`` in measurement order, in both modes:
+        repeat ``r`` is row ``r`` of the Williams design over the labels, labels and
+        rows shuffled with ``seed``; every design size a fresh shuffle of its rows."""
+        labels = self.labels()
+        rng = random.Random(self.seed)
+        names = labels[:]
+        rng.shuffle(names)
+        rows = williams_design(len(labels))
+        out: list[tuple[str, int]] = []
+        block: list[list[int]] = []
+        for r in range(self.n_repeats()):
+            if not block:
+                block = rows[:]
+                rng.shuffle(block)
+            out += [(names[k], r) for k in block.pop()]
+        return out
+
+    def _lcm(self) -> int:
+        return math.lcm(1, *(s.interval for s in self.validate() if s.interval))
+
+    def segment_length(self) -> int:
+        """Steps per segment: ``segment_warmup`` + ``segment_steps``, the warm-up
+        stretched to a multiple of the intervals' LCM."""
+        m = self._lcm()
+        length = self.segment_warmup + self.segment_steps
+        return -(-length // m) * m
 
     def plan(self) -> tuple[list[list], int]:
         """``([[first_step, strategy, repeat], ...], total_steps)``; repeat -1 is the warm-up."""
-        sts = self.validate()
-        nmax = max((s.interval for s in sts), default=0)
+        m = self._lcm()
+        seg_warm = self.segment_length() - self.segment_steps
         warm = max(1, self.warmup_steps)
-        if nmax:  # put checkpoints mid-segment: first segment starts at step = k*nmax + nmax//2 + 1
-            while warm % nmax != nmax // 2:
+        if m > 1:  # checkpoints mid-window: a measured window starts at k*m + m//2 + 1
+            while (warm + seg_warm) % m != m // 2:
                 warm += 1
         segs: list[list] = [[1, "none", -1]]
         step = warm + 1
         for s, r in self.order():
             segs.append([step, s, r])
-            step += self.segment_steps
+            step += self.segment_length()
         return segs, step  # one extra step after the last segment closes it
 
 
@@ -177,6 +256,22 @@ class _Rank0Steps:
         self.cpu = {e["step"]: e.get("cpu_s") for e in mine if e["phase"] == "begin"}
         self.rt = {e["step"]: e.get("rt_s") for e in mine if e["phase"] == "end"}
 
+    def steps(self, strategy: str, rep: int, seg: int, first: int, skip: int,
+              nxt: int) -> list[dict]:
+        """Per step ``first .. nxt - 1``: begin-to-begin time (s), CPU time (s), ``rt_s``
+        (µs) and whether it is measured (the first ``skip`` are the segment's warm-up)."""
+        out = []
+        for s in range(first, nxt):
+            b, b2 = self.begin.get(s), self.begin.get(s + 1)
+            c, c2 = self.cpu.get(s), self.cpu.get(s + 1)
+            rt = self.rt.get(s)
+            out.append({"segment": seg, "strategy": strategy, "repeat": rep, "step": s,
+                        "measured": s >= first + skip,
+                        "step_s": None if b is None or b2 is None else b2 - b,
+                        "cpu_s": None if c is None or c2 is None else c2 - c,
+                        "rt_us": None if rt is None else rt * 1e6})
+        return out
+
     def row(self, strategy: str, rep: int, first: int, nxt: int) -> dict:
         """Steps ``first .. nxt - 1``: mean step time from step begin to step begin (s),
         CPU time per step (s), median runtime hot path (µs)."""
@@ -191,17 +286,25 @@ class _Rank0Steps:
                 "rt_us": statistics.median(rts) * 1e6 if rts else None}
 
 
-def segment_times(run_dir: Path, spec: RunSpec) -> list[dict]:
-    """Per segment: strategy, repeat, steps, mean step time (s) and median ``rt_s``.
+def segment_times(run_dir: Path, spec: RunSpec, skip: int = 0,
+                  per_step: list | None = None) -> list[dict]:
+    """Per segment: strategy, repeat, measured steps (after the first ``skip``), mean
+    step time (s) and median ``rt_s`` (µs); every step's times appended to ``per_step``.
 
     Raises:
         ValueError: the run restarted or lacks a segment's events.
     """
     steps = _Rank0Steps(run_dir)
     segs = spec.segments
-    return [steps.row(strategy, rep, first, segs[i + 1][0] if i + 1 < len(segs)
-                      else spec.steps)
-            for i, (first, strategy, rep) in enumerate(segs) if rep >= 0]
+    out = []
+    for i, (first, strategy, rep) in enumerate(segs):
+        if rep < 0:
+            continue
+        nxt = segs[i + 1][0] if i + 1 < len(segs) else spec.steps
+        out.append(steps.row(strategy, rep, first + skip, nxt))
+        if per_step is not None:
+            per_step += steps.steps(strategy, rep, i - 1, first, skip, nxt)
+    return out
 
 
 def launch_spec(base: RunSpec, cfg: OverheadConfig, strategy: str) -> RunSpec:
@@ -216,14 +319,18 @@ def launch_spec(base: RunSpec, cfg: OverheadConfig, strategy: str) -> RunSpec:
     return d
 
 
-def launch_times(run_dir: Path, cfg: OverheadConfig, strategy: str, rep: int) -> dict:
+def launch_times(run_dir: Path, cfg: OverheadConfig, strategy: str, rep: int,
+                 per_step: list | None = None, seg: int = 0) -> dict:
     """The measured steps of one launch-mode launch (:class:`_Rank0Steps.row`).
 
     Raises:
         ValueError: the launch restarted or lacks the measured steps' events.
     """
     first = max(1, cfg.warmup_steps) + 1
-    return _Rank0Steps(run_dir).row(strategy, rep, first, first + cfg.segment_steps)
+    steps = _Rank0Steps(run_dir)
+    if per_step is not None:
+        per_step += steps.steps(strategy, rep, seg, 1, first - 1, first + cfg.segment_steps)
+    return steps.row(strategy, rep, first, first + cfg.segment_steps)
 
 
 def _q(xs: list[float], q: float) -> float:
@@ -236,8 +343,35 @@ def _q(xs: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def summarize(rows: list[dict], strategies: list[str]) -> list[dict]:
-    """One row per strategy: median step time, ``overhead_pct`` vs ``none`` and its spread."""
+def ratio_pct(num: list[float], den: list[float]) -> float:
+    """``100 x (sum(num) / sum(den) - 1)``: the overhead over paired repeats (%)."""
+    return 100.0 * (sum(num) / sum(den) - 1.0)
+
+
+def bootstrap_pct(num: list[float], den: list[float], resamples: int = 2000, seed: int = 0,
+                  level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval (%) of :func:`ratio_pct` over paired repeats:
+    ``resamples`` draws of the repeats with replacement (``random.Random(seed)``).
+
+    Raises:
+        ValueError: no pairs, or ``num`` and ``den`` of different lengths.
+    """
+    if not num or len(num) != len(den):
+        raise ValueError("bootstrap needs equally many paired values, at least one")
+    rng = random.Random(seed)
+    n = len(num)
+    stats = []
+    for _ in range(resamples):
+        idx = [rng.randrange(n) for _ in range(n)]
+        stats.append(ratio_pct([num[i] for i in idx], [den[i] for i in idx]))
+    a = (1.0 - level) / 2.0
+    return _q(stats, a), _q(stats, 1.0 - a)
+
+
+def summarize(rows: list[dict], strategies: list[str], resamples: int = 2000,
+              seed: int = 0) -> list[dict]:
+    """One row per strategy: median step time, ``overhead_pct`` vs ``none`` with its
+    bootstrap interval and spread, the control's verdict (module docstring)."""
     by = {(r["strategy"], r["repeat"]): r for r in rows}
     repeats = sorted({r["repeat"] for r in rows})
     out = []
@@ -245,34 +379,40 @@ def summarize(rows: list[dict], strategies: list[str]) -> list[dict]:
         strategies = [*strategies, CONTROL]
     for s in strategies:
         steps = [by[(s, r)]["step_s"] for r in repeats if (s, r) in by]
-        pct = [100.0 * (by[(s, r)]["step_s"] / by[("none", r)]["step_s"] - 1.0)
-               for r in repeats if (s, r) in by and ("none", r) in by]
-        cpct = [100.0 * (by[(s, r)]["cpu_step_s"] / by[("none", r)]["cpu_step_s"] - 1.0)
-                for r in repeats if (s, r) in by and ("none", r) in by
-                and by[(s, r)].get("cpu_step_s") and by[("none", r)].get("cpu_step_s")]
+        paired = [r for r in repeats if (s, r) in by and ("none", r) in by]
+        num = [by[(s, r)]["step_s"] for r in paired]
+        den = [by[("none", r)]["step_s"] for r in paired]
+        pct = [100.0 * (a / b - 1.0) for a, b in zip(num, den, strict=True)]
+        cp = [r for r in paired if by[(s, r)].get("cpu_step_s")
+              and by[("none", r)].get("cpu_step_s")]
+        cnum = [by[(s, r)]["cpu_step_s"] for r in cp]
+        cden = [by[("none", r)]["cpu_step_s"] for r in cp]
+        cpct = [100.0 * (a / b - 1.0) for a, b in zip(cnum, cden, strict=True)]
         rts = [by[(s, r)]["rt_us"] for r in repeats
                if (s, r) in by and by[(s, r)]["rt_us"] is not None]
+        lo, hi = bootstrap_pct(num, den, resamples, seed)
         out.append({
             "strategy": s, "repeats": len(steps),
             "step_s": statistics.median(steps), "step_s_min": min(steps),
             "step_s_max": max(steps),
-            "overhead_pct": statistics.median(pct), "overhead_pct_q25": _q(pct, 0.25),
-            "overhead_pct_q75": _q(pct, 0.75), "overhead_pct_min": min(pct),
-            "overhead_pct_max": max(pct),
-            "within_noise": min(pct) <= 0.0 <= max(pct),  # refined below with the control
-            "cpu_overhead_pct": statistics.median(cpct) if cpct else None,
+            "overhead_pct": ratio_pct(num, den), "overhead_pct_lo": lo, "overhead_pct_hi": hi,
+            "overhead_pct_median": statistics.median(pct),
+            "overhead_pct_q25": _q(pct, 0.25), "overhead_pct_q75": _q(pct, 0.75),
+            "overhead_pct_min": min(pct), "overhead_pct_max": max(pct),
+            "within_noise": lo <= 0.0 <= hi,  # refined below with the control
+            "cpu_overhead_pct": ratio_pct(cnum, cden) if cp else None,
             "cpu_overhead_pct_min": min(cpct) if cpct else None,
             "cpu_overhead_pct_max": max(cpct) if cpct else None,
             "rt_us": statistics.median(rts) if rts else None,
         })
     ctrl = next((r for r in out if r["strategy"] == CONTROL), None)
     if ctrl is not None:
-        # which of two identical segments runs first is arbitrary: the noise is symmetric
-        half = max(abs(ctrl["overhead_pct_min"]), abs(ctrl["overhead_pct_max"]))
-        lo, hi = -half, half
+        ok = ctrl["overhead_pct_lo"] <= 0.0 <= ctrl["overhead_pct_hi"]
         for r in out:
-            r["noise_lo_pct"], r["noise_hi_pct"] = lo, hi
-            r["within_noise"] = lo <= r["overhead_pct"] <= hi
+            r["control_ok"] = ok
+            r["noise_lo_pct"], r["noise_hi_pct"] = ctrl["overhead_pct_lo"], ctrl["overhead_pct_hi"]
+            if not ok:  # the design is biased: no verdict against it
+                r["within_noise"] = None
     return out
 
 
@@ -295,7 +435,8 @@ def run_overhead(base: RunSpec, cfg: OverheadConfig, out_dir: Path, overwrite: b
     launch per strategy and repeat) and write the results.
 
     Writes ``out_dir/overhead.csv`` (one row per strategy), ``overhead_segments.csv``
-    (one row per segment or launch), ``overhead.json`` (both plus provenance) and the
+    (one row per segment or launch, measured window), ``overhead_steps.csv`` (one row
+    per step, warm-up steps flagged ``measured`` False), ``overhead.json`` (both plus provenance) and the
     runs' own directories (``out_dir/run/``; launch mode: ``out_dir/runs/NN-STRATEGY-rR``).
 
     Raises:
@@ -310,6 +451,7 @@ def run_overhead(base: RunSpec, cfg: OverheadConfig, out_dir: Path, overwrite: b
 
     cfg.validate()
     prepare_dir(out_dir, overwrite, flag="--out")
+    per_step: list[dict] = []
     if cfg.mode == "segments":
         spec = overhead_spec(base, cfg)
         run_dir = out_dir / "run"
@@ -317,7 +459,7 @@ def run_overhead(base: RunSpec, cfg: OverheadConfig, out_dir: Path, overwrite: b
         if res.returncode != 0 or res.interrupted:
             raise RuntimeError(f"the overhead run did not complete (agent exit "
                                f"{res.returncode}); see {run_dir / 'agent.log'}")
-        segs = segment_times(run_dir, spec)
+        segs = segment_times(run_dir, spec, cfg.segment_length() - cfg.segment_steps, per_step)
         wall_s = res.wall_s
     else:
         segs, wall_s, run_dir = [], 0.0, out_dir / "runs"
@@ -329,19 +471,24 @@ def run_overhead(base: RunSpec, cfg: OverheadConfig, out_dir: Path, overwrite: b
             if res.returncode != 0 or res.interrupted:
                 raise RuntimeError(f"the overhead launch of {strategy} (repeat {rep}) did not "
                                    f"complete (agent exit {res.returncode}); see {d}")
-            segs.append(launch_times(d, cfg, strategy, rep))
+            segs.append(launch_times(d, cfg, strategy, rep, per_step, i))
         spec = launch_spec(base, cfg, "none")
-    summ = summarize(segs, cfg.strategies)
+    summ = summarize(segs, cfg.strategies, cfg.resamples, cfg.seed)
     meta = {"overhead_version": OVERHEAD_VERSION, "workload": spec.workload.name,
             "size": spec.workload.size, "world_size": spec.world_size,
-            "segment_steps": cfg.segment_steps, "repeats": cfg.repeats, "mode": cfg.mode,
+            "segment_steps": cfg.segment_steps, "segment_warmup": cfg.segment_warmup,
+            "segment_length": cfg.segment_length(), "repeats": cfg.n_repeats(),
+            "mode": cfg.mode, "seed": cfg.seed, "resamples": cfg.resamples,
+            "balanced": cfg.balanced(), "design_size": cfg.design_size(),
+            "order": [list(x) for x in cfg.order()],
             "strategies": cfg.strategies, "wall_s": wall_s, "code_version": code_version(),
             "machine": machine_fingerprint(), "spec": json.loads(spec.to_json())}
     for r in summ:
         r.update({k: meta[k] for k in ("workload", "size", "world_size", "segment_steps",
-                                       "mode")})
+                                       "mode", "balanced")})
     pd.DataFrame(summ).to_csv(out_dir / "overhead.csv", index=False)
     pd.DataFrame(segs).to_csv(out_dir / "overhead_segments.csv", index=False)
+    pd.DataFrame(per_step).to_csv(out_dir / "overhead_steps.csv", index=False)
     (out_dir / "overhead.json").write_text(json.dumps({**meta, "summary": summ,
                                                        "segments": segs}, indent=2))
     return OverheadResult(summ, segs, run_dir, meta)

@@ -247,11 +247,12 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
                             _png(plots.timelines_figure(cs, suptitle=None))))
     if osum is not None:
         figures.append(("overhead", "Steady-state overhead",
-                        "Each strategy's step time over the adjacent none segment's in the same "
-                        "repeat, minus one. Bar: median; black error bar: interquartile range; "
-                        "dotted: min-max; dots: the repeats. Grey band: the A/A control (a "
-                        "second none segment per repeat), i.e. the measurement's noise; green "
-                        "band: ±0.5%.",
+                        "Each strategy's step time over none's, summed over the repeats of "
+                        "a balanced (Williams) segment order, minus one. Bar: the estimate; "
+                        "black error bar: its 95% bootstrap interval over the repeats; "
+                        "dotted: min-max of the per-repeat ratios; dots: the repeats. Grey "
+                        "band: the A/A control's interval (a second none segment per repeat): "
+                        "a verdict is given only when it contains 0; green band: ±0.5%.",
                         _png(plots.overhead_figure(osum.to_dict("records"),
                                                    osegs.to_dict("records")
                                                    if osegs is not None else None))))

@@ -311,11 +311,16 @@ def wasted_figure(t):
 
 # ------------------------------------------------------------------- overhead
 def overhead_figure(summary, segments=None):
-    """Steady-state overhead per strategy: median bar, IQR error bar, min-max whisker,
-    the per-repeat values as dots, and the +/-0.5% band."""
+    """Steady-state overhead per strategy: the estimate as a bar with its 95% bootstrap
+    interval (black error bar; the IQR of the per-repeat ratios when an older
+    measurement has none), min-max of the repeats dotted, the repeats as dots, the A/A
+    control's interval as a grey band and the +/-0.5% band."""
     import pandas as pd
 
     s = pd.DataFrame(summary)
+    ci = "overhead_pct_lo" in s.columns
+    lo_k, hi_k = ("overhead_pct_lo", "overhead_pct_hi") if ci else ("overhead_pct_q25",
+                                                                    "overhead_pct_q75")
     ctrl = s[s["strategy"] == "none-aa"]
     s = s[~s["strategy"].isin(["none", "none-aa"])]
     order = strategy_order(s["strategy"])
@@ -323,16 +328,19 @@ def overhead_figure(summary, segments=None):
     fig, ax = plt.subplots(figsize=(max(6.0, 1.5 * len(order) + 2), 3.6))
     if len(ctrl):
         c = ctrl.iloc[0]
-        ax.axhspan(min(c["overhead_pct_min"], 0), max(c["overhead_pct_max"], 0), color="#adb5bd",
-                   alpha=0.25, lw=0, label="noise: A/A control (none vs none), min-max")
+        lo, hi = ((c[lo_k], c[hi_k]) if ci else
+                  (min(c["overhead_pct_min"], 0), max(c["overhead_pct_max"], 0)))
+        ax.axhspan(lo, hi, color="#adb5bd", alpha=0.3, lw=0,
+                   label=f"A/A control (none vs none): {c['overhead_pct']:+.2f}%, "
+                         + ("95% CI" if ci else "min-max"))
     ax.axhspan(-0.5, 0.5, color="#1b9e77", alpha=0.25, lw=0, label="±0.5% (JIT target)")
     ax.axhline(0, color="black", lw=0.8)
     for k, st in enumerate(order):
         r = s.loc[st]
         c = strategy_color(st)
         ax.bar(k, r["overhead_pct"], color=c, alpha=0.85, width=0.6)
-        ax.errorbar(k, r["overhead_pct"], yerr=[[r["overhead_pct"] - r["overhead_pct_q25"]],
-                                                [r["overhead_pct_q75"] - r["overhead_pct"]]],
+        ax.errorbar(k, r["overhead_pct"], yerr=[[max(r["overhead_pct"] - r[lo_k], 0)],
+                                                [max(r[hi_k] - r["overhead_pct"], 0)]],
                     color="black", capsize=6, lw=1.6)
         ax.vlines(k, r["overhead_pct_min"], r["overhead_pct_max"], color="black", lw=0.8,
                   ls=":")
@@ -349,8 +357,8 @@ def overhead_figure(summary, segments=None):
         lab.set_color(strategy_color(lab.get_text()))
         lab.set_fontweight("bold")
     ax.set_ylabel("step time vs none (%)")
-    ax.set_title("Steady-state overhead: median over repeats, IQR (bar), min-max (dotted), "
-                 "repeats (dots)")
+    ax.set_title("Steady-state overhead: estimate, " + ("95% bootstrap CI" if ci else "IQR")
+                 + " (bar), min-max (dotted), repeats (dots)")
     ax.margins(y=0.08)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
     fig.tight_layout()

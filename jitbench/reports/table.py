@@ -89,6 +89,8 @@ def cell(col: Column, row: Any, symbols: dict = TERMINAL) -> str:
         return "none (A/A control)"
     if col.format in ("text", "strategy"):
         return none if _missing(v) else str(v)
+    if col.format == "yesno" and _missing(v):  # no verdict (a biased A/A control)
+        return none
     if col.format in ("bool", "yesno"):
         return yes if truth(v) else no
     plain = symbols.get("plain", False)
@@ -151,14 +153,18 @@ RESULT_COLUMNS = [
 OVERHEAD_COLUMNS = [
     Column("strategy", "strategy", format="strategy"), Column("repeats", "repeats"),
     Column("step_s", "step s (median)", "s", "4"),
-    Column("overhead_pct", "overhead % (median)", "%", "signed"),
+    Column("overhead_pct", "overhead %", "%", "signed"),
+    Column("overhead_pct_lo", "95% CI low %", "%", "signed"),
+    Column("overhead_pct_hi", "95% CI high %", "%", "signed"),
+    Column("overhead_pct_median", "median of repeats %", "%", "signed"),
     Column("overhead_pct_q25", "q25 %", "%", "signed"),
     Column("overhead_pct_q75", "q75 %", "%", "signed"),
     Column("overhead_pct_min", "min %", "%", "signed"),
     Column("overhead_pct_max", "max %", "%", "signed"),
     Column("cpu_overhead_pct", "CPU-time overhead %", "%", "signed"),
     Column("rt_us", "runtime hot path µs/step", "µs", "0"),
-    Column("within_noise", "within noise", format="yesno")]
+    Column("within_noise", "within noise", format="yesno"),
+    Column("control_ok", "A/A control unbiased", format="yesno")]
 """One row per strategy of an overhead measurement."""
 VALIDATION_COLUMNS = [
     Column("workload", "workload", format="text"),

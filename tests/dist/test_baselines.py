@@ -152,15 +152,23 @@ def test_overhead_prints_medians_ratios_and_spreads(tmp_path):
              "none,jit,periodic:2,periodic-async:2", "--segment-steps", "4", "--repeats", "2",
              "--warmup-steps", "2", "--out", str(tmp_path / "oh"))
     assert p.returncode == 0, p.stderr[-3000:]
-    for needle in ("step s (median)", "overhead % (median)", "IQR %", "min..max %", "jit",
-                   "periodic-async:2", "CPU-time %", "A/A control"):
+    for needle in ("step s (median)", "overhead %", "95% CI %", "median [IQR] %", "jit",
+                   "periodic-async:2", "CPU-time %", "A/A control",
+                   "UNBALANCED"):  # 2 repeats of a 10-row design
         assert needle in p.stdout, needle
     s = pd.read_csv(tmp_path / "oh" / "overhead.csv")
     assert list(s["strategy"]) == ["none", "jit", "periodic:2", "periodic-async:2", "none-aa"]
     assert (s["repeats"] == 2).all() and s.loc[0, "overhead_pct"] == 0
     assert s["cpu_overhead_pct"].notna().all() and s["noise_hi_pct"].notna().all()
+    assert (s["overhead_pct_lo"] <= s["overhead_pct_hi"]).all()
     segs = pd.read_csv(tmp_path / "oh" / "overhead_segments.csv")
+    # 4 measured steps after a 3-step warm-up stretched to 4 (segments of 8 steps)
     assert len(segs) == 10 and (segs["steps"] == 4).all()
+    steps = pd.read_csv(tmp_path / "oh" / "overhead_steps.csv")
+    assert len(steps) == 80 and steps["measured"].sum() == 40
+    meta = json.loads((tmp_path / "oh" / "overhead.json").read_text())
+    assert [tuple(x) for x in meta["order"]] == [
+        (x[0], x[1]) for x in segs[["strategy", "repeat"]].itertuples(index=False)]
     jit = s[s.strategy == "jit"].iloc[0]
     assert jit["rt_us"] > s[s.strategy == "none"].iloc[0]["rt_us"]  # the snapshot is the cost
 
@@ -176,8 +184,11 @@ def test_overhead_of_jit_inprocess_runs_one_launch_per_strategy_and_repeat(tmp_p
     assert list(s["strategy"]) == ["none", "jit-inprocess", "none-aa"]
     assert (s["mode"] == "launches").all() and s["cpu_overhead_pct"].notna().all()
     runs = sorted(d.name for d in (tmp_path / "oh" / "runs").iterdir())
-    assert runs == ["00-none-r0", "01-jit-inprocess-r0", "02-none-aa-r0"]
-    spec = json.loads((tmp_path / "oh" / "runs" / runs[1] / "spec.json").read_text())
+    order = json.loads((tmp_path / "oh" / "overhead.json").read_text())["order"]
+    assert runs == [f"{i:02d}-{st}-r{r}" for i, (st, r) in enumerate(order)]
+    assert sorted(st for st, _ in order) == ["jit-inprocess", "none", "none-aa"]
+    ip_run = next(r for r in runs if "jit-inprocess" in r)
+    spec = json.loads((tmp_path / "oh" / "runs" / ip_run / "spec.json").read_text())
     assert spec["strategy"] == "jit-inprocess" and spec["faults"] == []
     ip = s[s.strategy == "jit-inprocess"].iloc[0]
     assert ip["rt_us"] > s[s.strategy == "none"].iloc[0]["rt_us"]  # it snapshots each step

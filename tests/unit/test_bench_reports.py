@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import random
 import re
+from collections import Counter
 
 import pandas as pd
 import pytest
@@ -14,21 +16,55 @@ from jitbench.reports import gate as g
 from jitbench.reports.html import write_report
 
 
-def test_overhead_plan_interleaves_abba_and_centres_checkpoints():
-    cfg = OverheadConfig(strategies=["jit", "periodic:10"], segment_steps=20, repeats=3,
-                         warmup_steps=4)
+def _position_and_predecessor_counts(order):
+    by_rep: dict = {}
+    for label, rep in order:
+        by_rep.setdefault(rep, []).append(label)
+    pos = Counter((lab, i) for row in by_rep.values() for i, lab in enumerate(row))
+    pred = Counter((a, b) for row in by_rep.values() for a, b in zip(row, row[1:], strict=False))
+    return by_rep, pos, pred
+
+
+@pytest.mark.parametrize("strategies", [["jit"], ["jit", "periodic:10"],
+                                        ["jit", "periodic:10", "periodic-async:10"]])
+def test_overhead_order_is_balanced_in_position_and_predecessor(strategies):
+    cfg = OverheadConfig(strategies=strategies, segment_steps=20, seed=3)
+    labels = cfg.labels()
+    assert labels[0] == "none" and labels[-1] == "none-aa"
+    n = len(labels)
+    assert cfg.design_size() == (n if n % 2 == 0 else 2 * n) and cfg.balanced()
+    for mult in (1, 2):
+        cfg.repeats = mult * cfg.design_size()
+        by_rep, pos, pred = _position_and_predecessor_counts(cfg.order())
+        assert all(sorted(row) == sorted(labels) for row in by_rep.values())
+        # every label in every position, after every other label, equally often
+        assert len(pos) == n * n and len(set(pos.values())) == 1
+        assert len(pred) == n * (n - 1) and len(set(pred.values())) == 1
+    # recorded seed: the same order again; another seed: another order
+    assert cfg.order() == cfg.order()
+    other = OverheadConfig(strategies=strategies, segment_steps=20, seed=4,
+                           repeats=cfg.repeats)
+    assert other.order() != cfg.order()
+    cfg.repeats = cfg.design_size() + 1
+    assert not cfg.balanced()
+
+
+def test_overhead_plan_warms_up_every_segment_and_centres_checkpoints():
+    cfg = OverheadConfig(strategies=["jit", "periodic:10"], segment_steps=20, repeats=4,
+                         warmup_steps=4, segment_warmup=3)
     segs, total = cfg.plan()
     assert cfg.strategies == ["none", "jit", "periodic:10"]
-    assert [s[1] for s in segs] == ["none", "none", "jit", "periodic:10", "none-aa",
-                                    "none-aa", "periodic:10", "jit", "none",
-                                    "none", "jit", "periodic:10", "none-aa"]
+    assert [tuple(x) for x in cfg.order()] == [(s[1], s[2]) for s in segs[1:]]
     assert segs[0] == [1, "none", -1]
-    first = segs[1][0]
-    assert (first - 1) % 10 == 5  # checkpoints (step % 10 == 0) fall mid-segment
-    assert all(b[0] - a[0] == 20 for a, b in zip(segs[1:], segs[2:], strict=False))
-    assert total == segs[-1][0] + 20
+    assert cfg.segment_length() == 30  # 3 + 20 stretched to a multiple of the interval
+    skip = cfg.segment_length() - cfg.segment_steps
+    for s in segs[1:]:
+        assert (s[0] + skip - 1) % 10 == 5  # checkpoints (step % 10 == 0) mid-window
+    assert all(b[0] - a[0] == 30 for a, b in zip(segs[1:], segs[2:], strict=False))
+    assert total == segs[-1][0] + 30
     for bad in (dict(strategies=["periodic:7"]), dict(strategies=["periodic:auto"]),
-                dict(strategies=["jit", "jit"]), dict(segment_steps=1)):
+                dict(strategies=["jit", "jit"]), dict(segment_steps=1),
+                dict(segment_warmup=-1), dict(repeats=0)):
         with pytest.raises(SpecError):
             OverheadConfig(**bad).validate()
 
@@ -37,12 +73,14 @@ def test_overhead_of_a_strategy_with_its_own_launcher_is_measured_in_launches():
     seg = OverheadConfig(strategies=["jit"], repeats=2)
     seg.validate()
     assert seg.mode == "segments"
-    cfg = OverheadConfig(strategies=["jit", "jit-inprocess"], repeats=2, segment_steps=6,
+    cfg = OverheadConfig(strategies=["jit", "jit-inprocess"], segment_steps=6,
                          warmup_steps=3)
     cfg.validate()
     assert cfg.mode == "launches"  # spares and the membership store live outside a segment
-    assert cfg.order() == [("none", 0), ("jit", 0), ("jit-inprocess", 0), ("none-aa", 0),
-                           ("none-aa", 1), ("jit-inprocess", 1), ("jit", 1), ("none", 1)]
+    order = cfg.order()  # the same design as segment mode
+    assert len(order) == 4 * 4
+    _, pos, pred = _position_and_predecessor_counts(order)
+    assert set(pos.values()) == {1} and set(pred.values()) == {1}
     from jitbench.harness.overhead import launch_spec
     from jitbench.harness.spec import RunSpec
     from jitbench.workloads import WorkloadConfig
@@ -53,42 +91,74 @@ def test_overhead_of_a_strategy_with_its_own_launcher_is_measured_in_launches():
     assert launch_spec(base, cfg, "jit-inprocess").strategy == "jit-inprocess"
 
 
-def test_overhead_statistics_pair_each_repeat_with_its_none_segment():
+def _synthetic(cfg, true_pct, drift=0.0, noise=0.0, seed=0):
+    """Segment rows of a synthetic run in ``cfg.order()``: ``true_pct`` per strategy,
+    a linear drift per segment and Gaussian noise."""
+    rng = random.Random(seed)
     rows = []
-    for r, drift in enumerate((1.0, 1.2, 0.9, 1.1, 1.0)):  # the machine drifts between repeats
-        rows += [{"strategy": "none", "repeat": r, "step_s": 0.100 * drift, "rt_us": 5.0,
-                  "cpu_step_s": 0.05},
-                 {"strategy": "jit", "repeat": r, "step_s": 0.1002 * drift, "rt_us": 60.0,
-                  "cpu_step_s": 0.05006},
-                 {"strategy": "periodic:10", "repeat": r, "step_s": 0.110 * drift,
-                  "rt_us": 5.0, "cpu_step_s": 0.051}]
-    s = {r["strategy"]: r for r in summarize(rows, ["none", "jit", "periodic:10"])}
-    assert s["none"]["overhead_pct"] == 0.0
-    assert s["jit"]["overhead_pct"] == pytest.approx(0.2)  # drift cancels in the ratio
-    assert s["jit"]["overhead_pct_max"] - s["jit"]["overhead_pct_min"] < 1e-9
-    assert s["periodic:10"]["overhead_pct"] == pytest.approx(10.0)
-    assert not s["jit"]["within_noise"] and s["jit"]["rt_us"] == 60.0  # no control: 0 in min-max
-    # with an A/A control, "within noise" means inside the control's min-max range
-    noisy = rows + [{"strategy": "none-aa", "repeat": r, "step_s": 0.100 * d * (1 + e),
-                     "rt_us": 5.0, "cpu_step_s": 0.05}
-                    for r, (d, e) in enumerate(zip((1.0, 1.2, 0.9, 1.1, 1.0),
-                                                   (0.01, -0.004, 0.003, 0.0, -0.002),
-                                                   strict=True))]
-    s = {r["strategy"]: r for r in summarize(noisy, ["none", "jit", "periodic:10"])}
-    assert s["none-aa"]["overhead_pct_max"] == pytest.approx(1.0)
-    assert s["jit"]["within_noise"] and not s["periodic:10"]["within_noise"]
-    assert s["jit"]["step_s"] == pytest.approx(0.1002)
-    assert s["jit"]["cpu_overhead_pct"] == pytest.approx(0.12)
-    assert s["periodic:10"]["cpu_overhead_pct"] == pytest.approx(2.0)
-    # the band is symmetric: a control that happened to be all positive (+1%, +3%)
-    # still makes -0.6% noise, not "faster"
-    faster = [dict(x) for x in rows if x["strategy"] == "none"]
-    faster += [{**x, "strategy": "jit", "step_s": x["step_s"] * 0.994} for x in faster]
-    faster += [{**x, "strategy": "none-aa", "step_s": x["step_s"] * (1.01 + 0.02 * (i % 2))}
-               for i, x in enumerate(rows) if x["strategy"] == "none"]
-    s = {r["strategy"]: r for r in summarize(faster, ["none", "jit"])}
-    assert s["jit"]["overhead_pct"] == pytest.approx(-0.6) and s["jit"]["within_noise"]
-    assert s["jit"]["noise_lo_pct"] == pytest.approx(-3.0)
+    for k, (label, rep) in enumerate(cfg.order()):
+        base = 0.1 * (1 + true_pct.get(label, 0.0) / 100) * (1 + drift * k)
+        base *= 1 + rng.gauss(0, noise)
+        rows.append({"strategy": label, "repeat": rep, "step_s": base, "rt_us": 5.0,
+                     "cpu_step_s": base / 2})
+    return rows
+
+
+def test_bootstrap_interval_contains_the_true_ratio_under_drift():
+    cfg = OverheadConfig(strategies=["jit", "periodic:10"], segment_steps=20, seed=1)
+    cfg.repeats = 2 * cfg.design_size()
+    true = {"jit": 0.5, "periodic:10": 8.0}
+    rows = _synthetic(cfg, true, drift=0.002, noise=0.004, seed=2)  # +16% over the run
+    s = {r["strategy"]: r for r in summarize(rows, cfg.strategies, 2000, 0)}
+    for name, pct in true.items():
+        assert s[name]["overhead_pct_lo"] <= pct <= s[name]["overhead_pct_hi"], s[name]
+    aa = s["none-aa"]
+    assert aa["overhead_pct_lo"] <= 0.0 <= aa["overhead_pct_hi"] and aa["control_ok"]
+    assert abs(aa["overhead_pct"]) < 1.0
+    assert not s["periodic:10"]["within_noise"]
+    # noise-free drift only: the balanced order cancels it exactly
+    exact = {r["strategy"]: r for r in summarize(_synthetic(cfg, true, drift=0.002),
+                                                  cfg.strategies, 500, 0)}
+    assert exact["jit"]["overhead_pct"] == pytest.approx(0.5, abs=1e-9)
+    assert exact["none-aa"]["overhead_pct"] == pytest.approx(0.0, abs=1e-9)
+    assert exact["none"]["overhead_pct_lo"] == exact["none"]["overhead_pct_hi"] == 0.0
+    # the bootstrap is seeded
+    assert summarize(rows, cfg.strategies, 500, 7) == summarize(rows, cfg.strategies, 500, 7)
+
+
+def test_a_position_biased_run_is_flagged_by_the_control():
+    # the old ABBA order: the control always third or fourth, after periodic-async in even
+    # repeats; a segment after periodic-async's spilled writes is 5% slower
+    order = []
+    labels = ["none", "jit", "periodic-async:10", "none-aa"]
+    for r in range(8):
+        order += [(s, r) for s in (labels if r % 2 == 0 else labels[::-1])]
+
+    class Abba(OverheadConfig):
+        def order(self):
+            return order
+
+    cfg = Abba(strategies=["jit", "periodic-async:10"], segment_steps=20)
+    rows = []
+    rng = random.Random(0)
+    for k, (label, rep) in enumerate(cfg.order()):
+        after_async = k > 0 and cfg.order()[k - 1][0] == "periodic-async:10"
+        rows.append({"strategy": label, "repeat": rep, "rt_us": None, "cpu_step_s": None,
+                     "step_s": 0.1 * (1.05 if after_async else 1.0) * (1 + rng.gauss(0, 0.002))})
+    s = {r["strategy"]: r for r in summarize(rows, cfg.strategies, 2000, 0)}
+    assert s["none-aa"]["overhead_pct_lo"] > 0  # the control is off zero: flagged
+    assert not s["jit"]["control_ok"] and s["jit"]["within_noise"] is None
+    # the same spill in a balanced order: the control holds, jit is within noise
+    bal = OverheadConfig(strategies=["jit", "periodic-async:10"], segment_steps=20, seed=0)
+    rows = []
+    for k, (label, rep) in enumerate(bal.order()):
+        prev = bal.order()[k - 1] if k else None
+        after_async = prev is not None and prev[1] == rep and prev[0] == "periodic-async:10"
+        rows.append({"strategy": label, "repeat": rep, "rt_us": None, "cpu_step_s": None,
+                     "step_s": 0.1 * (1.05 if after_async else 1.0) * (1 + rng.gauss(0, 0.002))})
+    s = {r["strategy"]: r for r in summarize(rows, bal.strategies, 2000, 0)}
+    assert s["none-aa"]["control_ok"] and abs(s["none-aa"]["overhead_pct"]) < 1.0
+    assert s["jit"]["within_noise"]
 
 
 def _table(n_rep=3, **over):
