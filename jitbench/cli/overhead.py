@@ -104,7 +104,7 @@ def overhead_table(rows: list[dict], meta: dict) -> Table:
                       f"{meta['repeats']} repeats of {meta['segment_steps']}-step {unit}, "
                       f"{bal}, seed {meta.get('seed', 0)}")
     for c in ("strategy", "step s (median)", "overhead %", "95% CI %", "median [IQR] %",
-              "CPU-time %", "runtime/step", "verdict"):
+              "CPU-time % [95% CI]", "runtime/step", "verdict"):
         tab.add_column(c, justify="left" if c in ("strategy", "verdict") else "right")
     for r in rows:
         pct_of_step = (r["rt_us"] / 1e6 / r["step_s"] * 100) if r["rt_us"] and r["step_s"] else None
@@ -122,6 +122,8 @@ def overhead_table(rows: list[dict], meta: dict) -> Table:
                     "-" if lo is None else f"[{lo:+.2f}, {hi:+.2f}]",
                     f"{med:+.2f} [{r['overhead_pct_q25']:+.2f}, {r['overhead_pct_q75']:+.2f}]",
                     "-" if r.get("cpu_overhead_pct") is None else
-                    f"{r['cpu_overhead_pct']:+.2f}",
+                    f"{r['cpu_overhead_pct']:+.2f}" + (
+                        "" if r.get("cpu_overhead_pct_lo") is None else
+                        f" [{r['cpu_overhead_pct_lo']:+.2f}, {r['cpu_overhead_pct_hi']:+.2f}]"),
                     f"{cell(r['rt_us'], 0)} us ({cell(pct_of_step, 3)}%)", verdict)
     return tab

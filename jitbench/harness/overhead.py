@@ -61,7 +61,8 @@ ends in a collective):
 - ``cpu_overhead_pct``: the same ratio of rank 0's process CPU time per step
   (``cpu_s`` of step-begin events, :func:`time.process_time`, every thread):
   on a shared machine the precise figure for CPU work such as the JIT snapshot
-  or an async writer thread; it leaves out time spent waiting;
+  or an async writer thread (with its own bootstrap interval,
+  ``cpu_overhead_pct_lo``/``_hi``); it leaves out time spent waiting;
 - ``rt_us``: the median of the runtime's own time at a step end (lock and
   snapshot, the ``rt_s`` field of step-end events), in microseconds.
 
@@ -391,6 +392,7 @@ def summarize(rows: list[dict], strategies: list[str], resamples: int = 2000,
         rts = [by[(s, r)]["rt_us"] for r in repeats
                if (s, r) in by and by[(s, r)]["rt_us"] is not None]
         lo, hi = bootstrap_pct(num, den, resamples, seed)
+        clo, chi = bootstrap_pct(cnum, cden, resamples, seed) if cp else (None, None)
         out.append({
             "strategy": s, "repeats": len(steps),
             "step_s": statistics.median(steps), "step_s_min": min(steps),
@@ -401,6 +403,7 @@ def summarize(rows: list[dict], strategies: list[str], resamples: int = 2000,
             "overhead_pct_min": min(pct), "overhead_pct_max": max(pct),
             "within_noise": lo <= 0.0 <= hi,  # refined below with the control
             "cpu_overhead_pct": ratio_pct(cnum, cden) if cp else None,
+            "cpu_overhead_pct_lo": clo, "cpu_overhead_pct_hi": chi,
             "cpu_overhead_pct_min": min(cpct) if cpct else None,
             "cpu_overhead_pct_max": max(cpct) if cpct else None,
             "rt_us": statistics.median(rts) if rts else None,

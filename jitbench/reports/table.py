@@ -162,6 +162,8 @@ OVERHEAD_COLUMNS = [
     Column("overhead_pct_min", "min %", "%", "signed"),
     Column("overhead_pct_max", "max %", "%", "signed"),
     Column("cpu_overhead_pct", "CPU-time overhead %", "%", "signed"),
+    Column("cpu_overhead_pct_lo", "CPU 95% CI low %", "%", "signed"),
+    Column("cpu_overhead_pct_hi", "CPU 95% CI high %", "%", "signed"),
     Column("rt_us", "runtime hot path µs/step", "µs", "0"),
     Column("within_noise", "within noise", format="yesno"),
     Column("control_ok", "A/A control unbiased", format="yesno")]
