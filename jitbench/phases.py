@@ -1,4 +1,4 @@
-"""Events -> phase spans, derived once (DESIGN.md, "Metrics").
+"""Events -> phase spans, derived once (docs/design.md, "Metrics").
 
 A run's JSONL events (:mod:`jitbench.runtime.events`) are read once and turned
 into one table of spans, written beside the records as ``RUN_DIR/phases.parquet``

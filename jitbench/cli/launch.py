@@ -14,7 +14,6 @@ imported inside the command, so ``jitbench launch --help`` does not load them.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -25,7 +24,13 @@ import typer
 
 from jitbench.cli import console
 from jitbench.cli.options import MaxRestarts, Nnodes, Nproc, RdzvEndpoint, option_groups
-from jitbench.cli.run import DetectionOptions, FaultOptions, OutputOptions, outcome_status
+from jitbench.cli.run import (
+    DetectionOptions,
+    FaultOptions,
+    OutputOptions,
+    outcome_status,
+    show_summary,
+)
 from jitbench.errors import InputError
 
 if TYPE_CHECKING:
@@ -159,13 +164,7 @@ def launch(faults: FaultOptions, job: ScriptOptions, detection: DetectionOptions
                              overwrite=output.overwrite, progress=progress,
                              timeout_s=output.timeout_s, reference_from=job.reference_dir)
     summary = outcome.summary
-    if output.as_json:
-        print(json.dumps(summary, default=str))
-    else:
-        from jitbench.reports.table import summary_table
-
-        console.out().print(summary_table(summary))
-        console.out().print(f"run directory: {outcome.run_dir}")
+    show_summary(summary, outcome.run_dir, output.as_json)
     status, message = outcome_status(summary, spec.strategy, outcome.run_dir, output.timeout_s)
     if message:
         console.line(message)

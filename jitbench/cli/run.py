@@ -207,6 +207,10 @@ class JobOptions:
         help="Checkpoint directory (default RUN_DIR/ckpt); an existing one must hold this "
              "same training's checkpoints and the run resumes from it.")] = None
     mtbf: Mtbf = None
+    final_checkpoint: Annotated[bool, typer.Option(
+        help="Write a checkpoint of the final state into the checkpoint directory at the "
+             "end (jit writes none when no peer fails), for a later run to resume from.")] \
+        = False
 
     @property
     def world_size(self) -> int:
@@ -258,7 +262,7 @@ def build_spec(faults: FaultOptions, training: TrainingOptions, job: JobOptions,
                    hang_factor=detection.hang_factor, hang_first_s=detection.hang_first_s,
                    deterministic_reduce=job.deterministic_reduce,
                    ckpt_dir=str(job.ckpt_dir.resolve()) if job.ckpt_dir is not None else None,
-                   mtbf_s=parse_duration_s(job.mtbf))
+                   mtbf_s=parse_duration_s(job.mtbf), final_checkpoint=job.final_checkpoint)
     choice = strategies.parse(job.strategy)
     spec.validate()
     if job.mtbf is not None and not choice.auto:
@@ -316,6 +320,22 @@ def check_data(workload: str, data: str | None, wl: WorkloadConfig | None = None
             raise InputError(str(exc)) from exc
 
 
+def show_summary(summary: dict, run_dir: Path, as_json: bool) -> None:
+    """Print a finished run's summary on stdout: the JSON, or the metrics table, then
+    one line per recovery decision (``summary["decisions"]``: a resume, a skipped
+    checkpoint part, a restore further back than promised, a fallback, no checkpoint
+    needed) and the run directory."""
+    if as_json:
+        print(json.dumps(summary, default=str))
+        return
+    from jitbench.reports.table import summary_table
+
+    console.out().print(summary_table(summary))
+    for line in summary.get("decisions") or []:
+        console.out().print(line, markup=False, highlight=False)
+    console.out().print(f"run directory: {run_dir}")
+
+
 def outcome_status(s: dict, strategy: str, run_dir: Path,
                    timeout_s: float | None) -> tuple[ExitStatus, str | None]:
     """The exit status of a finished run (:func:`jitbench.records.verdict`) and the
@@ -358,13 +378,7 @@ def run(faults: FaultOptions, training: TrainingOptions, job: JobOptions,
         run_dir = Path("runs") / f"{stamp}-{training.workload}-{faults.label()}-{os.getpid()}"
     prepare_dir(run_dir, output.overwrite, spec)
     summary = _run_with_progress(spec, run_dir, output, training.steps)
-    if output.as_json:
-        print(json.dumps(summary, default=str))
-    else:
-        from jitbench.reports.table import summary_table
-
-        console.out().print(summary_table(summary))
-        console.out().print(f"run directory: {run_dir}")
+    show_summary(summary, run_dir, output.as_json)
     status, message = outcome_status(summary, job.strategy, run_dir, output.timeout_s)
     if message:
         console.line(message)

@@ -1,4 +1,4 @@
-"""Metrics derived from a run's events (DESIGN.md, "Metrics").
+"""Metrics derived from a run's events (docs/design.md, "Metrics").
 
 Every number here comes from the JSONL events; nothing is typed in. The spans
 (the phases below) are derived once, by :mod:`jitbench.phases`, into the run's

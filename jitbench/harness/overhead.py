@@ -1,6 +1,6 @@
 """Steady-state overhead: step time per strategy from balanced segments of one run.
 
-``overhead_pct`` (DESIGN.md, "Metrics") is the step time under a strategy over
+``overhead_pct`` (docs/design.md, "Metrics") is the step time under a strategy over
 the step time with no checkpointing, minus one. It is small (JIT: tens of
 microseconds per step; periodic: one save every N steps), while step times on
 a shared machine drift by several per cent over minutes. So jitbench measures

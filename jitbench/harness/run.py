@@ -215,7 +215,11 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
               "checkpoint_saves", "checkpoint_s", "checkpoint_stall_gpu_s", "wasted_gpu_s", "loss_first",
               "loss_last"):
         summary[k] = getattr(m, k)
-    summary["restore_skipped"] = [sp for f in fails for sp in f.skipped_parts]
+    summary["resumed_from"] = resumed_from(evs, spec.ckpt_dir or run_dir / "ckpt")
+    resume_skips = (summary["resumed_from"] or {}).get("skipped", [])
+    summary["restore_skipped"] = resume_skips + [sp for f in fails for sp in f.skipped_parts
+                                                 if sp not in resume_skips]
+    summary["final_checkpoint"] = final_checkpoint(evs)
     summary["slow_windows"] = m.slow_windows
     if m.slow_windows:
         vals = [w["step_s"] for w in m.slow_windows if w["step_s"] is not None]
@@ -236,7 +240,7 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
         eq, diff = metrics.compare_states(run_dir / "final" / "state.pt",
                                           ref_dir / "final" / "state.pt")
         summary["state_equal"], summary["max_abs_diff"] = eq, diff
-        resumed = resumed_step(evs)
+        resumed = (summary["resumed_from"] or {}).get("step", 0)
         if resumed:
             summary["sample_stream_reason"] = (
                 f"not comparable: the run resumed at step {resumed} from checkpoints "
@@ -259,10 +263,88 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
         summary["reference_dir"] = str(ref_dir)
     summary.update(worker_error(run_dir, evs))
     summary["failures"] = [asdict(f) for f in fails]
+    summary["decisions"] = decisions(summary, entry)
     summary["code_version"] = code_version()
     summary["machine"] = machine_fingerprint()
     summary["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     return summary
+
+
+def resumed_from(evs: list[dict], ckpt_dir: str | Path) -> dict | None:
+    """What the job's first restore loaded before any failure, when it resumed from
+    checkpoints already in ``ckpt_dir`` (an earlier job's): ``{"step", "kind",
+    "part", "ckpt_dir", "skipped": [[part, reason], ...]}``, or None for a fresh
+    start. ``skipped`` names newer parts the restore rejected (unreadable, truncated,
+    a bad checksum), which a fresh start can have too (then ``step`` is 0)."""
+    first = min((e["attempt"] for e in evs), default=0)
+    if first != 0:
+        return None
+    ends = [e for e in evs if e["event"] == "restore" and e["phase"] == "end"
+            and e["attempt"] == 0 and phases.gen_of(e) == 0 and e.get("ok", True)]
+    if not ends:
+        return None
+    best = max(ends, key=lambda e: (e.get("step") or 0, bool(e.get("skipped"))))
+    skipped = [list(sp) for e in ends for sp in e.get("skipped") or []]
+    skipped = [sp for i, sp in enumerate(skipped) if sp not in skipped[:i]]
+    if not (best.get("step") or skipped):
+        return None
+    return {"step": best.get("step") or 0, "kind": best.get("kind"), "part": best.get("source"),
+            "ckpt_dir": str(ckpt_dir), "skipped": skipped}
+
+
+def decisions(summary: dict, entry: strategies.Entry) -> list[str]:
+    """The recovery decisions of a run, one line each, as the console prints them
+    under the summary table and ``summary.json`` keeps them (``decisions``): a resume
+    from an earlier job's checkpoint, each checkpoint part the restore skipped and
+    why, each failure whose restore went back further than the strategy promises
+    (no JIT copy survived) or whose in-process recovery fell back to a restart,
+    and whether a checkpoint was written at all under a strategy that writes only
+    when a peer fails (``entry.writes == "on_failure"``)."""
+    out: list[str] = []
+    res = summary.get("resumed_from")
+    for part, reason in summary.get("restore_skipped") or []:
+        out.append(f"restore skipped {part}: {reason}")
+    if res and res.get("step"):
+        out.append(f"resumed from step {res['step']} ({res.get('kind')} checkpoint "
+                   f"{res.get('part')} in {res.get('ckpt_dir')})")
+    elif res:
+        out.append(f"no readable checkpoint left in {res.get('ckpt_dir')}: started from step 0")
+    for f in summary.get("failures") or []:
+        where = f"the failure at step {f.get('fault_step')} (rank {f.get('fault_rank')})"
+        if f.get("fallback"):
+            out.append(f"{where}: {f['fallback']}; restarted from the checkpoints")
+        if (entry.replay_bound == "one" and not f.get("in_process")
+                and f.get("restored_step") is not None
+                and f.get("completed_before", 0) > f["restored_step"]):
+            kind = f.get("restored_kind")
+            got = (f"restored step {f['restored_step']} ({kind} checkpoint)" if kind
+                   else "restarted from step 0")
+            out.append(f"no JIT checkpoint of step {f['completed_before']} was committed at "
+                       f"{where}: {got}")
+    fin = summary.get("final_checkpoint")
+    if fin and fin.get("part"):
+        out.append(f"final checkpoint: step {fin['step']} ({fin['part']})")
+    elif fin:
+        out.append(f"final checkpoint of step {fin['step']} not written: {fin.get('reason')}")
+    elif (entry.writes == "on_failure" and summary.get("completed")
+          and not (res and res.get("step"))
+          and not summary.get("num_failures") and not summary.get("checkpoint_saves")):
+        out.append(f"no checkpoint was needed: {entry.name} writes one only when a peer "
+                   "fails (--final-checkpoint writes one at the end for a later run)")
+    return out
+
+
+def final_checkpoint(evs: list[dict]) -> dict | None:
+    """The final checkpoint written at the end (``--final-checkpoint``): ``{"step",
+    "part"}``, ``{"step", "part": None, "reason"}`` when a committed checkpoint of
+    that step made it unnecessary, or None when none was asked for or written."""
+    for e in reversed(evs):
+        if e["event"] == "save" and e.get("kind") == "final":
+            if e["phase"] == "end" and e.get("ok", True):
+                return {"step": e.get("step"), "part": e.get("part")}
+            if e["phase"] == "skip":
+                return {"step": e.get("step"), "part": None, "reason": e.get("reason")}
+    return None
 
 
 def resumed_step(evs: list[dict]) -> int:
@@ -270,11 +352,7 @@ def resumed_step(evs: list[dict]) -> int:
     > 0 when the run resumed from checkpoints an earlier job wrote (``--ckpt-dir``),
     so its first steps ran in that job and its sample stream is not comparable
     with a reference's."""
-    first = min((e["attempt"] for e in evs), default=0)
-    steps = [e.get("step") or 0 for e in evs if e["event"] == "restore"
-             and e["phase"] == "end" and e["attempt"] == first and phases.gen_of(e) == 0
-             and e.get("ok", True)]
-    return max(steps, default=0) if first == 0 else 0
+    return (resumed_from(evs, "") or {}).get("step", 0)
 
 
 WORKER_ERRORS = {77: "checkpoint", 78: "input"}

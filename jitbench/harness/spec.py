@@ -111,6 +111,9 @@ class RunSpec:
     from its newest valid checkpoint."""
     mtbf_s: float | None = None
     """The job's mean time between failures (s, whole job) for ``periodic:auto``."""
+    final_checkpoint: bool = False
+    """Write a checkpoint of the final state at the end (kind ``final``) for a later job
+    to resume from; refused for strategies that never read checkpoints."""
     segments: list = field(default_factory=list)
     """Steady-state overhead runs only: ``[[first_step, strategy, repeat], ...]``; the
     worker switches the runtime's strategy at each first step
@@ -156,7 +159,8 @@ class RunSpec:
                              hang_floor_s=NO_HANG_BOUND_S if off else self.hang_floor_s,
                              hang_factor=self.hang_factor,
                              hang_first_s=NO_HANG_BOUND_S if off else self.hang_first_s, run_id=self.fingerprint(),
-                             mtbf_s=self.mtbf_s if st.auto else None)
+                             mtbf_s=self.mtbf_s if st.auto else None,
+                             final_checkpoint=self.final_checkpoint)
 
     def validate(self) -> None:
         """Check every field.
@@ -187,6 +191,9 @@ class RunSpec:
         if st.entry.launcher != "agent" and self.nnodes > 1:
             raise SpecError(f"strategy {st.name} runs on one node here (its launcher binds "
                             "the loopback address)")
+        if self.final_checkpoint and st.entry.writes == "never":
+            raise SpecError(f"--final-checkpoint: strategy {st.name} never reads checkpoints, "
+                            "so no later job could resume from one")
         if st.auto and not (self.mtbf_s is not None and self.mtbf_s > 0):
             raise SpecError("periodic:auto needs the job's MTBF: pass --mtbf (seconds, > 0)")
         if self.mtbf_s is not None and not self.mtbf_s > 0:

@@ -8,7 +8,7 @@ from the agent's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 
 The process group is built on the agent's TCPStore wrapped in a
 ``PrefixStore`` keyed by the attempt, so a restarted attempt never reads a
-peer address left by the previous one (DESIGN.md, "Known traps").
+peer address left by the previous one (docs/design.md, "Known traps").
 
 Per step the worker records in the step's end event: ``loss``, ``lr``,
 ``sample_ids`` (this rank's dataset indices in order), ``micro`` (the global

@@ -269,6 +269,7 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
                  "source": str(d.resolve()), "sweep": None,
                  "generated": time.strftime("%Y-%m-%d %H:%M:%S"), "results": None,
                  "cards": [], "sections": [], "metric_notes": METRIC_NOTES, "comparison": [],
+                 "decisions": [],
                  "result_columns": RESULT_COLUMNS, "overhead_columns": OVERHEAD_COLUMNS,
                  "validation_columns": VALIDATION_COLUMNS, "scale_columns": SCALE_COLUMNS,
                  "good": good, "color": plots.strategy_color,
@@ -301,6 +302,11 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
         if ctx["comparison"]:
             md += ["## Strategies side by side", ""] + [f"- {x}" for x in ctx["comparison"]]
             md += [""]
+        ctx["decisions"] = run_decisions(d, t)
+        if ctx["decisions"]:
+            md += ["## Recovery decisions", ""]
+            md += [f"- **{label}**: " + "; ".join(lines) for label, lines in ctx["decisions"]]
+            md += [""]
 
     for sec, heading in SECTIONS:
         mine = [f for f in figs if f["section"] == sec]
@@ -324,6 +330,25 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
     _save(html_path, _template().render(**ctx).encode("utf-8"))
     _save(md_path, ("\n".join(md) + "\n").encode("utf-8"))
     return html_path, md_path
+
+
+def run_decisions(root: Path, t) -> list[tuple[str, list[str]]]:
+    """``(run label, lines)`` of every run in ``t`` whose ``summary.json`` records
+    recovery decisions (``decisions``: resumes, skipped parts, restores further back
+    than promised, fallbacks), in table order; runs without a summary are left out."""
+    out = []
+    for _, r in t.iterrows():
+        rd = _run_dir(root, r.get("run_dir", root))
+        try:
+            lines = json.loads((rd / "summary.json").read_text()).get("decisions") if rd else None
+        except (OSError, ValueError):
+            lines = None
+        if lines:
+            label = f"{r.get('workload')} · {r.get('strategy')} · {r.get('fault')}"
+            if "repeat" in r and r.get("repeat") == r.get("repeat"):  # not NaN
+                label += f" · repeat {int(r['repeat'])}"
+            out.append((label, [str(x) for x in lines]))
+    return out
 
 
 def comparison_lines(t) -> list[str]:

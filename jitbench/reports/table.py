@@ -208,7 +208,8 @@ IN_PROCESS_ROWS = [Column("reform_s", "reform_s", "s", "3"),
 
 def summary_table(summary: dict) -> Table:
     """The run's headline metrics, one row per metric (metric, value): :data:`SUMMARY_ROWS`,
-    then a straggler's step times, skipped checkpoint parts and why the run ended."""
+    then a straggler's step times and why the run ended. The run's recovery decisions
+    (``decisions``: resumes, skipped parts, fallbacks) are lines printed under it."""
     title = (f"{summary['workload']} x{summary['world_size']} ranks, strategy "
              f"{summary['strategy']}, fault "
              + (", ".join(f"{f['kind']}@rank{f['rank']}:"
@@ -227,11 +228,6 @@ def summary_table(summary: dict) -> Table:
     if summary.get("slow_windows"):  # a straggler: its steps against the others
         t.add_row("slow_window_step_s", fmt(summary.get("slow_window_step_s")))
         t.add_row("normal_step_s", fmt(summary.get("normal_step_s")))
-    if summary.get("restore_skipped"):  # restore fell back past invalid parts
-        t.add_row("restore_skipped", ", ".join(p for p, _ in summary["restore_skipped"]))
-    for f in summary.get("failures") or []:  # in-process recovery impossible: why
-        if f.get("fallback"):
-            t.add_row(f"fallback (step {f.get('fault_step')})", str(f["fallback"]))
     if summary.get("end_reason") not in (None, "completed"):
         t.add_row("end_reason", str(summary["end_reason"]))
     return t

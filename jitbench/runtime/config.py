@@ -45,6 +45,10 @@ class RuntimeConfig:
     """Hang bound (s) before any step time is known (first step, warm-up)."""
     sync_bound_s: float = 120.0
     """Hang bound (s) for checkpoint barriers and the final barrier."""
+    final_checkpoint: bool = False
+    """Write a checkpoint of the final state at :meth:`Runtime.finish` (rank 0, kind
+    ``final``), so a later job can resume from it; under ``jit`` nothing else is
+    written when no peer failed."""
     keep_steps: int = 2
     """Committed checkpoint steps kept on disk (older ones pruned after a newer commits)."""
     save_lock_timeout_s: float = 10.0

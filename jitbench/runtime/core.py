@@ -45,7 +45,7 @@ react once and then ends the process with its exit status,
   :mod:`jitbench.runtime.health`) or a peer's notice
   (:class:`~jitbench.runtime.notice.PeerNotices`, :meth:`Runtime.set_notices`).
 
-On gloo a blocked all-reduce cannot be aborted from the side (DESIGN.md,
+On gloo a blocked all-reduce cannot be aborted from the side (docs/design.md,
 "Known traps"), so the failing thread ends the process itself (``exit_fn``,
 :func:`os._exit` by default) after the checkpoint and the event log are
 durable. On CUDA a save copies the state to the host on a side stream after
@@ -609,6 +609,9 @@ class Runtime:
         self._phase, self._phase_since = "checkpoint", time.monotonic()
         self.strategy.finish(self)
         self.events.emit("resources", **resources())
+        if self.config.final_checkpoint:
+            self._save_final()
+            self._phase, self._phase_since = "checkpoint", time.monotonic()
         if final_state_path and self.rank == 0:
             path = Path(final_state_path)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -623,6 +626,30 @@ class Runtime:
         # client's round trip) that must not outlive the objects torn down at exit
         self.watchdog.stop(join_timeout_s=15.0)
         self.events.emit("done", step=self._completed, durable=True)
+
+    def _save_final(self) -> None:
+        """``final_checkpoint``: rank 0 writes the final boundary (kind ``final``) unless
+        a committed part of that step is already there; every rank waits for it. A
+        failed write is a failure of the job, as a periodic checkpoint's is."""
+        step = self._completed
+        with self.checkpoint_phase():
+            if self.rank == 0:
+                try:
+                    have = {p["step"] for p in ckpt.committed(self.config.ckpt_dir)}
+                except OSError:
+                    have = set()
+                if step in have:
+                    self.events.emit("save", "skip", kind="final", step=step,
+                                     reason="a checkpoint of this step is committed")
+                else:
+                    try:
+                        self.write_checkpoint("final", step, self.boundary_snapshot())
+                        ckpt.prune(self.config.ckpt_dir, self.config.keep_steps)
+                    except ckpt.CheckpointWriteError as exc:
+                        self.fail("storage_error", error=str(exc), save=False, notify=True,
+                                  errno=exc.errno)
+            if _dist_ready():
+                torch.distributed.barrier()
 
     def close(self) -> None:
         """Stop the watchdog and give back SIGTERM and the wakeup fd (idempotent).

@@ -7,7 +7,7 @@ wait on the NCCL stream's end event when the work is waited for (DDP does so
 at the end of the backward pass). ``torch.save`` of a CUDA tensor copies it to
 the host on the *current* stream, so a save from the watchdog thread would
 queue behind the hung kernel and never finish; the agent would SIGKILL the
-rank after its grace period and the JIT checkpoint would be lost (DESIGN.md,
+rank after its grace period and the JIT checkpoint would be lost (docs/design.md,
 "Mechanism": the copy to host must not queue behind the hung NCCL kernel).
 
 What this module does instead (the healthy replica's state is read from the

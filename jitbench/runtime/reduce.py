@@ -3,7 +3,7 @@
 After a restart, DDP's first iteration uses its initial bucket layout while an
 uninterrupted run uses the rebuilt one, and gloo's ring all-reduce sums in a
 layout-dependent order, so a resumed run at 4+ ranks is not bitwise equal to
-an uninterrupted one (DESIGN.md, "Known traps"). :func:`ordered_allreduce_hook`
+an uninterrupted one (docs/design.md, "Known traps"). :func:`ordered_allreduce_hook`
 all-gathers each bucket and sums the ranks' gradients in rank order, which is
 independent of the bucket layout: ``g = (((g_0 + g_1) + g_2) + ...) / world``.
 It costs ``world_size`` times the bucket's memory and an all-gather instead of

@@ -6,6 +6,7 @@ import json
 import random
 import re
 from collections import Counter
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -303,6 +304,8 @@ def test_report_is_one_self_contained_html_with_every_plot(tmp_path):
                      "expected_replayed_steps": {"jit": 0, "periodic:3": 1, "none": 7}[strategy],
                      "replay_ok": True, "wasted_gpu_s": 7.4, "goodput": 0.3,
                      "state_equal": True, "max_abs_diff": 0.0})
+    said = "restore skipped periodic_step00000006_rank00000.pt: SHA-256 mismatch"
+    (Path(rows[1]["run_dir"]) / "summary.json").write_text(json.dumps({"decisions": [said]}))
     pd.DataFrame(rows).to_csv(tmp_path / "results.csv", index=False)
     pd.DataFrame([
         {"strategy": s, "repeats": 3, "step_s": 0.1, "overhead_pct": p, "overhead_pct_q25": p - 1,
@@ -323,6 +326,10 @@ def test_report_is_one_self_contained_html_with_every_plot(tmp_path):
     assert md.count("![") == 6 and "| gpt |" in md
     assert "From this machine to 100,000 GPUs" in page and "restart_s" in page
     assert "Model vs measurement" not in page  # no failure counts to validate against
+    # the runs' own recovery decisions, under the run they belong to
+    assert f"<b>gpt · periodic:3 · kill · repeat 0</b><ul><li>{said}</li>" in page
+    assert f"- **gpt · periodic:3 · kill · repeat 0**: {said}" in md
+    assert page.count("Recovery decisions") == 1
     with pytest.raises(SpecError):
         write_report(tmp_path / "runs")
 

@@ -361,3 +361,58 @@ def test_a_full_filesystem_met_by_the_runtime_reaches_the_cause(tmp_path, capfd)
     assert own["errno"] == errno.ENOSPC and own["kind"] == "storage_error"
     assert own["cause"] == "rank 0: checkpoint write at step 8 failed: No space left on device"
     assert "No space left on device" in capfd.readouterr().err
+
+
+def test_decisions_say_each_resume_skip_fallback_and_missing_checkpoint():
+    from jitbench.harness.run import decisions, final_checkpoint, resumed_from
+    from jitbench.runtime.strategies import REGISTRY
+
+    def restore(attempt, step, **kw):
+        return {"event": "restore", "phase": "end", "attempt": attempt, "step": step,
+                "gen": 0, "rank": 0, **kw}
+
+    bad = ["periodic_step00000006_rank00000.pt", "SHA-256 mismatch"]
+    evs = [restore(0, 3, kind="periodic", source="periodic_step00000003_rank00000.pt",
+                   skipped=[bad]), restore(0, 3, rank=1), restore(1, 5)]
+    res = resumed_from(evs, "/c")
+    assert res == {"step": 3, "kind": "periodic", "part": "periodic_step00000003_rank00000.pt",
+                   "ckpt_dir": "/c", "skipped": [bad]}
+    assert resumed_from([restore(0, 0)], "/c") is None  # a plain fresh start says nothing
+    assert resumed_from([restore(1, 4)], "/c") is None  # no first attempt recorded
+    jit, periodic = REGISTRY["jit"], REGISTRY["periodic"]
+    s = {"resumed_from": res, "restore_skipped": [bad], "completed": True,
+         "num_failures": 1, "failures": [
+             {"fault_step": 12, "fault_rank": 1, "completed_before": 11, "restored_step": 10,
+              "restored_kind": "periodic", "in_process": False},
+             {"fault_step": 14, "fault_rank": 0, "completed_before": 13, "restored_step": 13,
+              "restored_kind": "jit", "in_process": False},
+             {"fault_step": 15, "fault_rank": 2, "completed_before": 14, "restored_step": 14,
+              "restored_kind": "jit", "in_process": False,
+              "fallback": "every member of generation 1 is gone (no replica survived)"}]}
+    assert decisions(s, jit) == [
+        f"restore skipped {bad[0]}: {bad[1]}",
+        "resumed from step 3 (periodic checkpoint periodic_step00000003_rank00000.pt in /c)",
+        "no JIT checkpoint of step 11 was committed at the failure at step 12 (rank 1): "
+        "restored step 10 (periodic checkpoint)",
+        "the failure at step 15 (rank 2): every member of generation 1 is gone (no replica "
+        "survived); restarted from the checkpoints"]
+    # periodic promises the steps since its checkpoint: going back is no news
+    assert decisions({**s, "resumed_from": None, "restore_skipped": []}, periodic) == [
+        "the failure at step 15 (rank 2): every member of generation 1 is gone (no replica "
+        "survived); restarted from the checkpoints"]
+    plain = {"completed": True, "num_failures": 0, "checkpoint_saves": 0}
+    assert decisions(plain, jit) == [
+        "no checkpoint was needed: jit writes one only when a peer fails "
+        "(--final-checkpoint writes one at the end for a later run)"]
+    assert decisions(plain, periodic) == []
+    assert decisions({**plain, "checkpoint_saves": 2}, jit) == []  # a backstop wrote some
+    save = {"event": "save", "kind": "final", "step": 4, "attempt": 0}
+    fin = final_checkpoint([{**save, "phase": "begin"},
+                            {**save, "phase": "end", "ok": True, "part": "final_step4.pt"}])
+    assert fin == {"step": 4, "part": "final_step4.pt"}
+    assert decisions({**plain, "final_checkpoint": fin}, jit) == [
+        "final checkpoint: step 4 (final_step4.pt)"]
+    skip = final_checkpoint([{**save, "phase": "skip", "reason": "committed"}])
+    assert decisions({**plain, "final_checkpoint": skip}, jit) == [
+        "final checkpoint of step 4 not written: committed"]
+    assert final_checkpoint([{**save, "kind": "periodic", "phase": "end"}]) is None

@@ -35,7 +35,7 @@ strategy uses of it:
 
 Not used, and why: NVRx's in-process restart (``nvidia_resiliency_ext.inprocess``)
 frees a hung rank by aborting its NCCL communicator (``inprocess.abort``, CUDA);
-a gloo collective cannot be aborted (DESIGN.md, "Known traps"), so on CPU it
+a gloo collective cannot be aborted (docs/design.md, "Known traps"), so on CPU it
 cannot recover a hang. Its local (node-memory) checkpointing
 (``checkpointing.local``) and straggler detection use CUDA as well.
 Section-based detection (``start_section``/``end_section``), the other mode of
