@@ -73,6 +73,9 @@ measurement runs in **launch mode**: one fault-free launch per strategy and
 repeat, in the same order with the same A/A control (a second ``none``
 launch), each measured over ``segment_steps`` steps after ``warmup_steps``
 excluded ones, by the same formulas.
+
+A ``jit:backstop=N`` segment counts like a periodic one: its N joins the
+intervals the segments are aligned to.
 """
 
 from __future__ import annotations
@@ -159,7 +162,7 @@ class OverheadConfig:
             st = Strategy.parse(n)
             if st.auto:
                 raise SpecError("overhead takes fixed intervals (periodic:N), not periodic:auto")
-            if st.interval and self.segment_steps % st.interval:
+            if st.every and self.segment_steps % st.every:  # jit:backstop=N: its N
                 raise SpecError(f"--segment-steps {self.segment_steps} is not a multiple of "
                                 f"the interval of {n}: segments would hold different numbers "
                                 "of checkpoints")
@@ -207,7 +210,7 @@ class OverheadConfig:
         return out
 
     def _lcm(self) -> int:
-        return math.lcm(1, *(s.interval for s in self.validate() if s.interval))
+        return math.lcm(1, *(s.every for s in self.validate() if s.every))
 
     def segment_length(self) -> int:
         """Steps per segment: ``segment_warmup`` + ``segment_steps``, the warm-up

@@ -27,5 +27,5 @@ def apply_segment(rt: Any, spec: RunSpec, step: int, events: EventLog) -> None:
     for first, strategy, rep in spec.segments:
         if first == step:
             st = Strategy.parse("none" if strategy == CONTROL else strategy)
-            rt.set_strategy(st.name, st.interval)
+            rt.set_strategy(st.name, st.interval, st.all_options())
             events.emit("segment", step=step, strategy=strategy, repeat=rep)

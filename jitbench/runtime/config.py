@@ -23,7 +23,8 @@ class RuntimeConfig:
     (save on failure), ``periodic`` (synchronous, every ``interval`` steps),
     ``periodic-async`` (DCP ``async_save`` every ``interval`` steps) or ``none``."""
     interval: int = 0
-    """Steps between periodic checkpoints (also a safety net under ``jit`` if > 0).
+    """Steps between periodic checkpoints (under ``jit``, if > 0 and no ``backstop``
+    option is set, the backstop's: a safety net for a lost JIT checkpoint).
     ``periodic`` with 0 and ``mtbf_s`` set: chosen at run time (``periodic:auto``)."""
     mtbf_s: float | None = None
     """The job's mean time between failures (s, whole job) for ``periodic:auto``: after
@@ -32,7 +33,8 @@ class RuntimeConfig:
     :mod:`jitbench.runtime.interval`)."""
     options: dict[str, int] = field(default_factory=dict)
     """The strategy's named options with their defaults filled in (``inmem:N:disk=M``:
-    ``{"disk": M}``; :attr:`jitbench.runtime.strategies.Entry.options`)."""
+    ``{"disk": M}``; ``jit:backstop=N``: ``{"backstop": N}``, rank 0's periodic checkpoint
+    every N steps under JIT; :attr:`jitbench.runtime.strategies.Entry.options`)."""
     auto_probe_step: int = 3
     """``periodic:auto``: steps (after a start or restore) before the probe checkpoint."""
     ckpt_dir: str = "ckpt"

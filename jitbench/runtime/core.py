@@ -222,25 +222,30 @@ class Runtime:
         self._notices = notices
         self.add_check(notices.check)
 
-    def set_strategy(self, strategy: str, interval: int = 0) -> None:
+    def set_strategy(self, strategy: str, interval: int = 0,
+                     options: dict[str, int] | None = None) -> None:
         """Switch the strategy at an iteration boundary (between two ``step`` blocks).
 
         Used by the steady-state overhead benchmark, which runs segments of
         one process under different strategies. The strategy left behind
         finishes its background work first (an async save in flight is
         waited for); a strategy switched to again is the same object (an
-        async writer keeps its staging buffers).
+        async writer keeps its staging buffers). ``options`` are the
+        strategy's named options, defaults filled in (``{"backstop": 5}`` for
+        ``jit:backstop=5``; None: none), as ``RuntimeConfig.options``.
 
         Raises:
             ValueError: unknown strategy or settings it refuses (a missing interval).
         """
         cls = strategies.load(strategy)
+        opts = dict(options or {})
         cls.validate(dataclasses.replace(self.config, strategy=strategy, interval=interval,
-                                         mtbf_s=None))
+                                         options=opts, mtbf_s=None))
         self.strategy.leave(self)
         with self._state_lock:
             self.boundary.snapshot = self.boundary_snapshot()
             self.config.strategy, self.config.interval = strategy, interval
+            self.config.options = opts
             nxt = self._strategies.get(strategy)
             if nxt is None:
                 nxt = self._strategies[strategy] = cls(self.config)

@@ -13,6 +13,15 @@ is an interval in steps (``periodic:10``) or ``auto`` where the entry allows it
 (``periodic:auto``, the Young/Daly interval), followed by the entry's named
 integer options, each ``:KEY=VALUE`` (``inmem:2:disk=5``; an option left out
 takes the entry's default).
+
+``jit:backstop=N`` is JIT with a low-frequency periodic safety net: rank 0
+also writes a synchronous periodic checkpoint every N steps, so a failure that
+loses every copy of the JIT checkpoint (the only healthy replica dies while
+writing it) restarts from at most N steps back instead of from the newest
+older state, which may be step 0 (Gupta et al., "Just-In-Time Checkpointing:
+Low Cost Error Recovery from Deep Learning Training Failures", EuroSys 2024,
+recommend such a backstop). ``jitbench run --strategy jit --backstop
+periodic:N`` is the same choice (:func:`with_backstop`).
 """
 
 from __future__ import annotations
@@ -24,8 +33,12 @@ from typing import Any
 
 from jitbench.errors import SpecError
 
-__all__ = ["REGISTRY", "Choice", "Entry", "check_available", "load", "names", "parse",
-           "usage", "versions"]
+__all__ = ["BACKSTOP", "REGISTRY", "Choice", "Entry", "check_available", "load", "names",
+           "parse", "usage", "versions", "with_backstop"]
+
+BACKSTOP = "backstop"
+"""The option of an entry that writes on failure (``jit``) which adds rank 0's
+periodic checkpoints every N steps (``jit:backstop=N``; default 0: none)."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +85,8 @@ class Entry:
     """``(fault kind, why)`` pairs refused up front for this strategy."""
     options: tuple[tuple[str, int, str], ...] = ()
     """Named integer options, ``(key, default, meaning)``, written ``NAME:N:KEY=VALUE``
-    (each value >= 1); the strategy reads them from ``RuntimeConfig.options``."""
+    (each value given >= 1; a default may be 0, meaning off, as ``jit``'s
+    ``backstop``); the strategy reads them from ``RuntimeConfig.options``."""
 
     def default_options(self) -> dict[str, int]:
         """``{key: default}`` of :attr:`options`."""
@@ -85,7 +99,11 @@ _NO_CKPT_FILES = tuple((k, "torchft writes no checkpoint files (a replacement he
 
 REGISTRY: dict[str, Entry] = {e.name: e for e in (
     Entry("jit", "jitbench.runtime.strategies.jit:JustInTime",
-          "just-in-time checkpoint by the survivors at the failure, whole-job restart"),
+          "just-in-time checkpoint by the survivors at the failure, whole-job restart "
+          "(jit:backstop=N: also a periodic checkpoint every N steps, the safety net when "
+          "every JIT copy is lost)",
+          options=((BACKSTOP, 0, "a synchronous periodic checkpoint by rank 0 every N "
+                                 "steps under JIT (0: none)"),)),
     Entry("jit-inprocess", "jitbench.runtime.strategies.jit_inprocess:JitInProcess",
           "survivors keep their processes; the failed rank is replaced by a spare fed "
           "from a healthy replica", launcher="replicas"),
@@ -159,6 +177,28 @@ class Choice:
         """Every option of the entry: the defaults, overridden by those given."""
         return {**self.entry.default_options(), **dict(self.options)}
 
+    @property
+    def backstop(self) -> int:
+        """Steps between the backstop's periodic checkpoints (``jit:backstop=N``); 0: none."""
+        return int(self.all_options().get(BACKSTOP, 0))
+
+    @property
+    def every(self) -> int:
+        """Steps between the checkpoints written on a schedule: the interval, else the
+        backstop's; 0 when none is (``jit``, ``none``, ``periodic:auto`` before it
+        chose)."""
+        return self.interval or self.backstop
+
+    @property
+    def writers(self) -> tuple[str, ...]:
+        """Who writes checkpoint files, and when (:attr:`Entry.writes`, ``never``
+        as ``()``): ``("rank0",)``, ``("on_failure",)``, or with a backstop
+        ``("rank0", "on_failure")`` (rank 0 every N steps too)."""
+        own = () if self.entry.writes == "never" else (self.entry.writes,)
+        if self.backstop and "rank0" not in own:
+            own = ("rank0", *own)
+        return own
+
     def __str__(self) -> str:
         if self.auto:
             head = f"{self.name}:auto"
@@ -176,7 +216,8 @@ def usage() -> str:
     """The accepted forms, for messages and ``--help`` (``jit, none, periodic:N, ...``)."""
     forms = []
     for e in REGISTRY.values():
-        opts = "".join(f"[:{k}={k[0].upper()}]" for k, _, _ in e.options)
+        opts = "".join(f"[:{k}={'N' if k == BACKSTOP else k[0].upper()}]"
+                       for k, _, _ in e.options)
         if e.interval == "none":
             forms.append(e.name + opts)
         elif e.interval == "optional":
@@ -238,6 +279,34 @@ def _parse_options(entry: Entry, text: str, given: str) -> tuple[tuple[str, int]
                             f"got {value!r}")
         got[key] = int(value)
     return tuple(sorted((k, v) for k, v in got.items() if v != defaults[k]))
+
+
+def with_backstop(strategy: str, backstop: str | None) -> Choice:
+    """The strategy of ``jitbench run --strategy STRATEGY --backstop periodic:N``:
+    ``jit`` with ``periodic:N`` is ``jit:backstop=N`` (``backstop`` None: ``strategy``
+    as parsed).
+
+    Raises:
+        SpecError: an invalid strategy; a backstop other than ``periodic:N`` with an
+            integer N >= 1 (steps); a backstop under a strategy other than ``jit``,
+            or one that names a backstop already (one line).
+    """
+    choice = parse(strategy)
+    if backstop is None:
+        return choice
+    m = re.fullmatch(r"periodic:([0-9]+)", str(backstop).strip().lower())
+    if not m or int(m[1]) < 1:
+        raise SpecError(f"--backstop takes periodic:N (a synchronous checkpoint every N >= 1 "
+                        f"steps), got {backstop!r}")
+    if BACKSTOP not in choice.entry.default_options():
+        raise SpecError(f"--backstop applies to --strategy jit (a periodic safety net under "
+                        f"JIT checkpointing), not {strategy}")
+    if choice.backstop:
+        raise SpecError(f"--strategy {strategy} names a backstop already; give it once "
+                        f"(--strategy jit --backstop {backstop})")
+    opts = dict(choice.options)
+    opts[BACKSTOP] = int(m[1])
+    return Choice(choice.name, choice.interval, choice.auto, tuple(sorted(opts.items())))
 
 
 def load(name: str) -> type[Any]:

@@ -12,8 +12,17 @@ minibatch is re-executed per failure.
 Per step it keeps the boundary snapshot current (``snapshot_each_step``: RNG
 streams, buffers, scheduler, scaler, hyper-parameters, data position; a few
 KB, measured by ``benchmarks/runtime_step_cost.py``, the ``rt_s`` of
-step-end events). With ``interval > 0`` it also writes a synchronous
-periodic checkpoint every ``interval`` steps as a safety net.
+step-end events).
+
+Backstop (``jit:backstop=N``, ``jitbench run --strategy jit --backstop
+periodic:N``): rank 0 also writes a synchronous periodic checkpoint every N
+steps (:meth:`Runtime.save_periodic`, every rank waits in its barrier), the
+low-frequency safety net the JIT paper recommends for a failure that loses
+every copy of the JIT checkpoint (the only healthy replica dies while writing
+it): the restart then replays at most N steps instead of everything since
+the newest older checkpoint. It costs one periodic checkpoint every N steps;
+a failed backstop write is a failure of the job, as under ``periodic:N``.
+A user script's ``RuntimeConfig(interval=N)`` does the same.
 """
 
 from __future__ import annotations
@@ -46,9 +55,16 @@ class JustInTime(Strategy):
         # here, at the last boundary on host and device alike.
         rt.boundary.device_events.sync()
 
+    @property
+    def backstop(self) -> int:
+        """Steps between the backstop's periodic checkpoints (0: none): the registry
+        option ``backstop`` (``jit:backstop=N``), else ``RuntimeConfig.interval``. Read
+        from the live config at every boundary (a strategy switch may change it)."""
+        return int(self.config.options.get("backstop") or self.config.interval or 0)
+
     def at_boundary(self, rt: Runtime, step: int) -> None:
-        interval = self.config.interval
-        if interval > 0 and step % interval == 0:
+        every = self.backstop
+        if every > 0 and step % every == 0:
             rt.save_periodic(step)
 
     def on_failure(self, rt: Runtime, trigger: str, phase: str) -> int:
