@@ -107,27 +107,31 @@ def dir_usage_bytes(d: Path) -> int:
 def _needs_checkpoints(cls: type[Fault], run: Any, spec: FaultSpec | None = None) -> str | None:
     """Why this storage fault could never fire in ``run`` (None: it can).
 
+    Who writes is the strategy's (:attr:`jitbench.runtime.strategies.Choice.writers`).
     ``none`` writes no checkpoints; under the periodic strategies rank 0 alone
     writes, so a write fault must target it. ``jit`` (and ``jit-inprocess``, whose
     backstop follows a recovery) writes one only when a peer fails,
     so a write fault needs another failing fault at or after its step, and
     ``corrupt`` (which damages the newest committed checkpoint) one before its
     step; a time-triggered failing fault is given the benefit of the doubt.
+    ``jit:backstop=N`` does both: rank 0 writes every N steps (a write fault on
+    rank 0 and ``corrupt`` can always fire), the other ranks only when a peer fails.
     Without this check the fault never fires and the run reports a fault-free
     recovery.
     """
     from jitbench.runtime.strategies import parse
 
-    writes = parse(run.strategy).entry.writes
-    if writes == "never":
+    writers = parse(run.strategy).writers
+    if not writers:
         return f"{cls.name}: strategy {run.strategy} writes no checkpoints; use jit or periodic:N"
     if spec is None:
         return None
-    if writes == "rank0":
-        if cls.point == "write" and spec.rank != 0:  # periodic: rank 0 alone writes
+    if "rank0" in writers:
+        if cls.point != "write" or spec.rank == 0:  # rank 0's schedule reaches it
+            return None
+        if "on_failure" not in writers:  # periodic: rank 0 alone writes
             return (f"{cls.name}: under {run.strategy} only rank 0 writes checkpoints, so a "
                     f"write fault on rank {spec.rank} never fires; use --fault-rank 0")
-        return None
     from jitbench.faults import FAULTS
 
     before = cls.point == "step"  # corrupt: a checkpoint must exist by step k
@@ -138,6 +142,10 @@ def _needs_checkpoints(cls: type[Fault], run: Any, spec: FaultSpec | None = None
         if f.time_s is not None or (f.step < spec.step if before else f.step >= spec.step):
             return None
     where = "before" if before else "at or after"
+    if "rank0" in writers:  # jit:backstop=N, a write fault on another rank
+        return (f"{cls.name}: under {run.strategy} rank {spec.rank} writes a checkpoint only "
+                f"when a peer fails (the backstop is rank 0's), and no failing fault comes "
+                f"{where} step {spec.step}; add one (--scenario) or use --fault-rank 0")
     return (f"{cls.name}: under {run.strategy} a checkpoint is written only when a peer "
             f"fails, and no failing fault comes {where} step {spec.step}; add one "
             f"(--scenario) or use periodic:N")
