@@ -193,6 +193,10 @@ class JobOptions:
     """How the job runs: strategy, ranks, nodes, backend, restarts, checkpoints."""
 
     strategy: Strategy = "jit"
+    backstop: Annotated[str | None, typer.Option(
+        help="--strategy jit only: periodic:N, also a synchronous checkpoint by rank 0 every "
+             "N steps, the safety net when every copy of the JIT checkpoint is lost (the "
+             "strategy reads jit:backstop=N).")] = None
     nproc: Nproc = 2
     backend: Backend = "gloo"
     nnodes: Nnodes = 1
@@ -248,14 +252,18 @@ def build_spec(faults: FaultOptions, training: TrainingOptions, job: JobOptions,
     """The validated run spec of the options.
 
     Raises:
-        InputError, SpecError: bad flags, fault plan or strategy (one line; nothing is
-            created).
+        InputError, SpecError: bad flags, fault plan or strategy, or a ``--backstop``
+            other than ``periodic:N`` (N >= 1) or under a strategy other than ``jit``
+            (one line; nothing is created).
     """
     from jitbench.harness.spec import RunSpec
 
+    # --strategy jit --backstop periodic:N is jit:backstop=N everywhere after this
+    strategy = (job.strategy if job.backstop is None
+                else str(strategies.with_backstop(job.strategy, job.backstop)))
     wl = training.config()
     plan = faults.plan(training.steps, job.world_size, training.seed)
-    spec = RunSpec(workload=wl, strategy=job.strategy, faults=plan, nproc=job.nproc,
+    spec = RunSpec(workload=wl, strategy=strategy, faults=plan, nproc=job.nproc,
                    nnodes=job.nnodes, backend=job.backend, rdzv_endpoint=job.rdzv_endpoint,
                    max_restarts=job.max_restarts, spares=job.spares,
                    hang_floor_s=detection.hang_floor_s,
@@ -263,11 +271,11 @@ def build_spec(faults: FaultOptions, training: TrainingOptions, job: JobOptions,
                    deterministic_reduce=job.deterministic_reduce,
                    ckpt_dir=str(job.ckpt_dir.resolve()) if job.ckpt_dir is not None else None,
                    mtbf_s=parse_duration_s(job.mtbf), final_checkpoint=job.final_checkpoint)
-    choice = strategies.parse(job.strategy)
+    choice = strategies.parse(strategy)
     spec.validate()
     if job.mtbf is not None and not choice.auto:
         raise InputError(f"--mtbf sizes the interval of periodic:auto; it does nothing for "
-                         f"--strategy {job.strategy} (for fault arrivals: --fault-mtbf-s)")
+                         f"--strategy {strategy} (for fault arrivals: --fault-mtbf-s)")
     return spec
 
 
@@ -379,7 +387,7 @@ def run(faults: FaultOptions, training: TrainingOptions, job: JobOptions,
     prepare_dir(run_dir, output.overwrite, spec)
     summary = _run_with_progress(spec, run_dir, output, training.steps)
     show_summary(summary, run_dir, output.as_json)
-    status, message = outcome_status(summary, job.strategy, run_dir, output.timeout_s)
+    status, message = outcome_status(summary, spec.strategy, run_dir, output.timeout_s)
     if message:
         console.line(message)
     if status:
