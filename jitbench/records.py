@@ -74,8 +74,8 @@ SCHEMA: tuple[Field, ...] = (
     Field("max_replayed_steps_per_failure", "steps", "most steps replayed in one failure"),
     Field("expected_replayed_steps", "steps", "steps since the newest committed checkpoint "
                                               "(sum over failures)"),
-    Field("replay_ok", "bool", "every failure replayed exactly the expected steps (jit: <= 1; "
-          "inmem:N from memory: <= N)"),
+    Field("replay_ok", "bool", "every failure replayed exactly the expected steps (jit: <= 1, "
+          "unless under jit:backstop=N no JIT checkpoint survived; inmem:N from memory: <= N)"),
     Field("last_commit_step", "steps", "newest step committed in the checkpoint directory "
                                        "when the last failure's recovery began (its manifest "
                                        "renamed into place, whatever its writer logged)"),

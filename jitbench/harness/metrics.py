@@ -109,8 +109,11 @@ class FailureMetrics:
     in_process: bool = False
     """Recovered without restarting the survivors (a new generation, same attempt)."""
     fallback: str | None = None
-    """Why an in-process recovery fell back to the checkpoints and a whole-job restart
-    (the membership decision's reason, one line); None otherwise."""
+    """Why the recovery fell back (one line; None otherwise): an in-process recovery to
+    the checkpoints and a whole-job restart (the membership decision's reason), or,
+    under ``jit``, the restore to an older checkpoint because no JIT checkpoint of the
+    failure survived (:func:`jit_fallback`: why, and what was restored, e.g. the
+    backstop of ``jit:backstop=N``)."""
     lost_partial_s: float | None = None
     wasted_gpu_s: float | None = None
     skipped_parts: list = field(default_factory=list)
@@ -179,7 +182,8 @@ class RunMetrics:
 
 def compute(run_dir: str | Path, spec_steps: int, world_size: int,
             events: list[dict] | None = None, phase_table=None,
-            per_replica: bool = False, ckpt_dir: str | Path | None = None) -> RunMetrics:
+            per_replica: bool = False, ckpt_dir: str | Path | None = None,
+            strategy: str | None = None) -> RunMetrics:
     """Derive run and failure metrics of ``run_dir``.
 
     The spans (detect, save, restart, restore, replay, recovery, checkpoint
@@ -192,8 +196,15 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
     the failed rank's, and steps completed by survivors during the episode are
     not counted as waste. ``ckpt_dir``: the run's checkpoint directory, read (with
     the restore events' listings) for what was committed (:func:`durable_parts`);
-    None: ``run_dir/ckpt`` when it exists.
+    None: ``run_dir/ckpt`` when it exists. ``strategy``: the run's (its CLI form);
+    under ``jit`` a restore that fell back past a lost JIT checkpoint gets its
+    ``fallback`` line (:func:`jit_fallback`); None: no such line.
     """
+    from jitbench.runtime.strategies import parse
+
+    choice = parse(strategy) if strategy else None
+    jit_restart = (choice is not None and choice.entry.writes == "on_failure"
+                   and choice.entry.launcher == "agent")
     if ckpt_dir is None and (Path(run_dir) / "ckpt").is_dir():
         ckpt_dir = Path(run_dir) / "ckpt"
     evs = events if events is not None else phases.read_events(run_dir)
@@ -303,6 +314,8 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
             fm.skipped_parts = rend[0].get("skipped", [])
             fm.replayed_steps = max(0, fm.completed_before - fm.restored_step)
             fm.replayed_gpu_steps = fm.replayed_steps * world_size
+            if jit_restart and not in_process and fm.fallback is None:
+                fm.fallback = jit_fallback(fm, cur, f0["t0"], clock, choice.backstop)
             if "replay" in ep:
                 fm.replay_s = _val(ep["replay"]["dur_s"])
             if "recovery" in ep:
@@ -359,6 +372,49 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
         loss_last=rank0[-1].get("loss") if rank0 else None, failures=failures,
         auto_interval=auto, slow_windows=windows, normal_step_s=normal,
         late_replacements=len(late) if per_replica else 0)
+
+
+def jit_fallback(fm: FailureMetrics, cur: list[dict], t_fault: float, key: str,
+                 backstop: int = 0) -> str | None:
+    """Under ``jit`` (a whole-job restart), the line that says the failure's JIT checkpoint
+    was lost and what the restore fell back to, or None when it was not lost.
+
+    Lost: the restore loaded no JIT checkpoint, or one more than a step older than
+    the last completed step (an earlier failure's). Why, from the survivors'
+    ``save`` events of kind ``jit`` in the failed attempt (``cur``) at or after the
+    fault (``t_fault``, clock ``key``): the save failed (its error), was skipped
+    (its reason), began and never ended (the writer died in it), or none was
+    attempted. What: ``backstop periodic:N`` for a periodic checkpoint when
+    ``backstop`` is N >= 1 (``jit:backstop=N``), an older JIT checkpoint, another
+    kind, or a fresh start (step 0)."""
+    if fm.restored_step is None or (fm.restored_kind == "jit" and (fm.replayed_steps or 0) <= 1):
+        return None
+    saves = [e for e in cur if e["event"] == "save" and e.get("kind") == "jit"
+             and e[key] >= t_fault]
+    why = []
+    for rank in sorted({e["rank"] for e in saves}):
+        mine = [e for e in saves if e["rank"] == rank]
+        end = next((e for e in mine if e["phase"] == "end"), None)
+        skip = next((e for e in mine if e["phase"] == "skip"), None)
+        if end is not None and not end.get("ok", True):
+            why.append(f"rank {rank}'s write failed: {str(end.get('error'))[:160]}")
+        elif skip is not None:
+            why.append(f"rank {rank} skipped it: {str(skip.get('reason'))[:160]}")
+        elif end is None:
+            why.append(f"rank {rank} died while writing it")
+    if not saves:
+        why.append("no survivor wrote one")
+    if fm.restored_step == 0 or fm.restored_kind is None:
+        what = "a fresh start: nothing was committed"
+    elif fm.restored_kind == "periodic" and backstop:
+        what = f"backstop periodic:{backstop}"
+    elif fm.restored_kind == "jit":
+        what = "an older JIT checkpoint"
+    else:
+        what = f"a {fm.restored_kind} checkpoint"
+    return (f"no JIT checkpoint survived the failure at step {fm.fault_step}"
+            + (f" ({'; '.join(why)})" if why else "")
+            + f": restored step {fm.restored_step} ({what})")
 
 
 def memory_copy_step(evs: list[dict], cur: list[dict], hit: list[int], t_fault: float,

@@ -186,7 +186,8 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     table = phases.derive(evs, spec.world_size, per_replica)
     phases.write(run_dir, table)
     m = metrics.compute(run_dir, spec.steps, spec.world_size, events=evs, phase_table=table,
-                        per_replica=per_replica, ckpt_dir=spec.ckpt_dir or run_dir / "ckpt")
+                        per_replica=per_replica, ckpt_dir=spec.ckpt_dir or run_dir / "ckpt",
+                        strategy=spec.strategy)
     summary: dict = {"summary_version": SUMMARY_VERSION, "run_dir": str(run_dir),
                      "workload": spec.workload.name, "size": spec.workload.size,
                      "strategy": spec.strategy, "world_size": spec.world_size,
@@ -201,7 +202,7 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     summary["last_commit_step"] = fails[-1].last_commit_step if fails else None
     summary["replay_ok"] = (replay_ok(spec.strategy, fails) if not per_replica
                             else heal_ok(evs, fails, m.completed))
-    summary["replay_promise"] = entry.promise or entry.replay_bound
+    summary["replay_promise"] = replay_promise(spec.strategy)
     summary["bitwise_promised"] = entry.bitwise
     summary["late_replacements"] = m.late_replacements
     summary["num_failures"] = len(fails)
@@ -374,6 +375,19 @@ def worker_error(run_dir: Path, events: list[dict] | None = None) -> dict:
     return {"error": phases.describe(first), "error_kind": WORKER_ERRORS[first["code"]]}
 
 
+def replay_promise(strategy: str) -> str:
+    """What ``replay_ok`` checks for ``strategy``, in words: the registry entry's
+    ``promise``, else its ``replay_bound`` (``one``, ``interval``, ...), and for
+    ``jit:backstop=N`` what the backstop adds."""
+    from jitbench.runtime.strategies import parse
+
+    choice = parse(strategy)
+    if choice.backstop:
+        return (f"one; when no JIT checkpoint survived a failure, the steps since the newest "
+                f"committed checkpoint (the backstop writes one every {choice.backstop} steps)")
+    return choice.entry.promise or choice.entry.replay_bound
+
+
 def replay_ok(strategy: str, failures: list) -> bool | None:
     """The replay invariant of every failure: the restore picked the newest
     committed checkpoint (``replayed_steps == expected_replayed_steps``; for a
@@ -381,8 +395,11 @@ def replay_ok(strategy: str, failures: list) -> bool | None:
     that promises one minibatch (registry ``replay_bound``) replayed at most one,
     and one that promises its interval replayed at most N steps in a recovery
     from memory (``inmem:N``: a disk recovery replays the steps since the last disk
-    checkpoint, which ``expected_replayed_steps`` checks). None when a failure did
-    not recover."""
+    checkpoint, which ``expected_replayed_steps`` checks). Under ``jit:backstop=N``
+    a failure whose JIT checkpoint was lost (the newest committed checkpoint when
+    recovery began is more than one step old: ``expected_replayed_steps`` > 1) is
+    held to the steps since that checkpoint, not to one; plain ``jit`` is held to
+    one. None when a failure did not recover."""
     from jitbench.runtime.strategies import parse
 
     choice = parse(strategy)
@@ -392,7 +409,8 @@ def replay_ok(strategy: str, failures: list) -> bool | None:
         if f.replayed_steps is None:
             return None
         ok &= f.replayed_steps == f.expected_replayed_steps
-        if bound == "one":
+        lost = choice.backstop and (f.expected_replayed_steps or 0) > 1  # the backstop's
+        if bound == "one" and not lost:
             ok &= f.replayed_steps <= 1
         if bound == "interval" and f.restored_kind == "memory":
             ok &= f.replayed_steps <= choice.interval
@@ -435,7 +453,7 @@ def _interval(strategy: str, auto: dict | None) -> int | None:
     st = Strategy.parse(strategy)
     if st.auto:
         return auto["interval"] if auto else None
-    return st.interval or None
+    return st.every or None  # jit:backstop=N: the backstop's N
 
 
 def record_row(summary: dict) -> dict:

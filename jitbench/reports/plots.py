@@ -205,8 +205,8 @@ def timelines_figure(cells: list[tuple[str, str, Path]], ncols: int = 4,
 def phase_table(t):
     """Median of each recovery phase per (workload, fault, strategy) over repeats (s);
     ``other_s`` = ``recovery_s`` minus the named phases (gaps, the first new step).
-    ``save_s`` counts for ``jit`` only (the others saved before the fault, or, in
-    process, write their backstop after the recovery)."""
+    ``save_s`` counts for ``jit`` (``jit:backstop=N`` too) only (the others saved
+    before the fault, or, in process, write their backstop after the recovery)."""
     import pandas as pd
 
     d = t.copy()
@@ -216,7 +216,7 @@ def phase_table(t):
         d[k] = pd.to_numeric(d[k], errors="coerce").fillna(0.0)
     # a periodic strategy's save_s is its last checkpoint *before* the fault: not a
     # recovery phase (only a JIT save happens inside the recovery window)
-    d.loc[d["strategy"].astype(str) != "jit", "save_s"] = 0.0
+    d.loc[d["strategy"].map(strategy_family) != "jit", "save_s"] = 0.0  # jit:backstop=N too
     d["recovery_s"] = pd.to_numeric(d["recovery_s"], errors="coerce")
     d["other_s"] = (d["recovery_s"] - d[list(PHASES[:-1])].sum(axis=1)).clip(lower=0.0)
     return d.groupby(["workload", "fault", "strategy"], sort=False)[
