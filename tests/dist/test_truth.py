@@ -80,3 +80,29 @@ def test_a_run_resumed_from_another_job_is_not_compared_sample_by_sample(tmp_pat
     assert s["sample_stream_equal"] is None
     assert "not comparable: the run resumed at step 8" in s["sample_stream_reason"]
     assert int(verdict(s)[0]) == 0
+
+
+def test_every_jit_copy_lost_restores_the_backstop(tmp_path, refs):
+    """Issue 15: jit:backstop=3 (``--strategy jit --backstop periodic:3``), 2 ranks. Rank
+    1 is killed in step 6 and rank 0, the only survivor, is torn in the middle of its
+    JIT write of step 5: no JIT checkpoint survives. The restart restores the
+    backstop's step 3 (the newest committed), replays steps 4-5, ends bitwise equal to
+    the fault-free run, and the summary says why it fell back."""
+    spec = small_spec(8, faults=[FaultSpec("kill", 1, 6),
+                                 FaultSpec("torn-write", 0, 6, params={"frac": 0.5})],
+                      strategy="jit:backstop=3")
+    s = run_spec(spec, tmp_path / "run", reference_from=refs(spec), timeout_s=280).summary
+    evs = read_events(tmp_path / "run" / "events")
+    jit = [e for e in evs if e["event"] == "save" and e.get("kind") == "jit"]
+    assert [(e["rank"], e["phase"], e["step"]) for e in jit] == [(0, "begin", 5)]  # torn
+    backstop = [e["step"] for e in evs if e["event"] == "save" and e["phase"] == "end"
+                and e.get("kind") == "periodic" and e.get("ok")]
+    assert backstop == [3, 6]  # attempt 0 wrote 3; the restarted attempt 6
+    (f,) = s["failures"]
+    assert (f["restored_step"], f["restored_kind"], f["completed_before"]) == (3, "periodic", 5)
+    assert f["last_commit_step"] == 3 and f["expected_replayed_steps"] == 2
+    assert f["replayed_steps"] == 2 and s["replay_ok"] is True
+    assert f["fallback"] == ("no JIT checkpoint survived the failure at step 6 (rank 0 died "
+                             "while writing it): restored step 3 (backstop periodic:3)")
+    assert s["strategy"] == "jit:backstop=3" and s["checkpoint_interval"] == 3
+    assert s["state_equal"] is True and s["completed"] and int(verdict(s)[0]) == 0
