@@ -297,8 +297,9 @@ def decisions(summary: dict, entry: strategies.Entry) -> list[str]:
     """The recovery decisions of a run, one line each, as the console prints them
     under the summary table and ``summary.json`` keeps them (``decisions``): a resume
     from an earlier job's checkpoint, each checkpoint part the restore skipped and
-    why, each failure whose restore went back further than the strategy promises
-    (no JIT copy survived) or whose in-process recovery fell back to a restart,
+    why, each failure whose JIT checkpoint was lost (what was restored instead,
+    :func:`jitbench.harness.metrics.jit_fallback`) or whose in-process recovery fell
+    back to a restart,
     and whether a checkpoint was written at all under a strategy that writes only
     when a peer fails (``entry.writes == "on_failure"``)."""
     out: list[str] = []
@@ -311,17 +312,13 @@ def decisions(summary: dict, entry: strategies.Entry) -> list[str]:
     elif res:
         out.append(f"no readable checkpoint left in {res.get('ckpt_dir')}: started from step 0")
     for f in summary.get("failures") or []:
-        where = f"the failure at step {f.get('fault_step')} (rank {f.get('fault_rank')})"
-        if f.get("fallback"):
-            out.append(f"{where}: {f['fallback']}; restarted from the checkpoints")
-        if (entry.replay_bound == "one" and not f.get("in_process")
-                and f.get("restored_step") is not None
-                and f.get("completed_before", 0) > f["restored_step"]):
-            kind = f.get("restored_kind")
-            got = (f"restored step {f['restored_step']} ({kind} checkpoint)" if kind
-                   else "restarted from step 0")
-            out.append(f"no JIT checkpoint of step {f['completed_before']} was committed at "
-                       f"{where}: {got}")
+        if not f.get("fallback"):
+            continue
+        if entry.launcher == "replicas":  # in process: why it restarted the job instead
+            out.append(f"the failure at step {f.get('fault_step')} (rank {f.get('fault_rank')}): "
+                       f"{f['fallback']}; restarted from the checkpoints")
+        else:  # jit: the JIT checkpoint was lost, and what was restored (metrics.jit_fallback)
+            out.append(str(f["fallback"]))
     fin = summary.get("final_checkpoint")
     if fin and fin.get("part"):
         out.append(f"final checkpoint: step {fin['step']} ({fin['part']})")

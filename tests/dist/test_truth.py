@@ -104,5 +104,6 @@ def test_every_jit_copy_lost_restores_the_backstop(tmp_path, refs):
     assert f["replayed_steps"] == 2 and s["replay_ok"] is True
     assert f["fallback"] == ("no JIT checkpoint survived the failure at step 6 (rank 0 died "
                              "while writing it): restored step 3 (backstop periodic:3)")
+    assert s["decisions"] == [f["fallback"]]  # the console's one line under the table
     assert s["strategy"] == "jit:backstop=3" and s["checkpoint_interval"] == 3
     assert s["state_equal"] is True and s["completed"] and int(verdict(s)[0]) == 0

@@ -379,27 +379,23 @@ def test_decisions_say_each_resume_skip_fallback_and_missing_checkpoint():
                    "ckpt_dir": "/c", "skipped": [bad]}
     assert resumed_from([restore(0, 0)], "/c") is None  # a plain fresh start says nothing
     assert resumed_from([restore(1, 4)], "/c") is None  # no first attempt recorded
-    jit, periodic = REGISTRY["jit"], REGISTRY["periodic"]
+    jit, periodic, inproc = REGISTRY["jit"], REGISTRY["periodic"], REGISTRY["jit-inprocess"]
+    lost = ("no JIT checkpoint survived the failure at step 12 (rank 0 died while writing "
+            "it): restored step 10 (backstop periodic:10)")
     s = {"resumed_from": res, "restore_skipped": [bad], "completed": True,
-         "num_failures": 1, "failures": [
-             {"fault_step": 12, "fault_rank": 1, "completed_before": 11, "restored_step": 10,
-              "restored_kind": "periodic", "in_process": False},
-             {"fault_step": 14, "fault_rank": 0, "completed_before": 13, "restored_step": 13,
-              "restored_kind": "jit", "in_process": False},
-             {"fault_step": 15, "fault_rank": 2, "completed_before": 14, "restored_step": 14,
-              "restored_kind": "jit", "in_process": False,
-              "fallback": "every member of generation 1 is gone (no replica survived)"}]}
+         "num_failures": 2, "failures": [
+             {"fault_step": 12, "fault_rank": 1, "fallback": lost},
+             {"fault_step": 14, "fault_rank": 0, "fallback": None}]}
     assert decisions(s, jit) == [
         f"restore skipped {bad[0]}: {bad[1]}",
         "resumed from step 3 (periodic checkpoint periodic_step00000003_rank00000.pt in /c)",
-        "no JIT checkpoint of step 11 was committed at the failure at step 12 (rank 1): "
-        "restored step 10 (periodic checkpoint)",
-        "the failure at step 15 (rank 2): every member of generation 1 is gone (no replica "
-        "survived); restarted from the checkpoints"]
-    # periodic promises the steps since its checkpoint: going back is no news
-    assert decisions({**s, "resumed_from": None, "restore_skipped": []}, periodic) == [
-        "the failure at step 15 (rank 2): every member of generation 1 is gone (no replica "
-        "survived); restarted from the checkpoints"]
+        lost]
+    gone = "every member of generation 1 is gone (no replica survived)"
+    s = {"completed": True, "num_failures": 1,
+         "failures": [{"fault_step": 15, "fault_rank": 2, "fallback": gone}]}
+    assert decisions(s, inproc) == [
+        f"the failure at step 15 (rank 2): {gone}; restarted from the checkpoints"]
+    assert decisions({**s, "failures": [{"fault_step": 15, "fallback": None}]}, periodic) == []
     plain = {"completed": True, "num_failures": 0, "checkpoint_saves": 0}
     assert decisions(plain, jit) == [
         "no checkpoint was needed: jit writes one only when a peer fails "
