@@ -8,8 +8,12 @@
 #   benchmarks/peers-sweep.sh OUT_DIR [extra sweep flags]
 # 60 steps, not the default 24: torchft's replacement needs 2-5 s to start, and
 # with fewer steps left after the fault the survivor finishes first (recovery_s
-# is then empty: the world never trains together again).
+# is then empty: the world never trains together again). The load before and after
+# goes to OUT_DIR/results.csv.meta.json (commit it as peers-cpu.csv.meta.json).
 set -euo pipefail
 out="$1"; shift
-exec jitbench sweep --workloads gpt --strategies jit,jit-inprocess,torchft,nvrx,inmem:1,periodic:5 \
+here="$(dirname "$0")"
+python "$here/sweep_meta.py" start "${out%/}.meta-start.json"   # load, date (README figures)
+jitbench sweep --workloads gpt --strategies jit,jit-inprocess,torchft,nvrx,inmem:1,periodic:5 \
     --faults kill,nccl-hang --steps 60 --fault-step 14 --out "$out" "$@"
+python "$here/sweep_meta.py" end "${out%/}.meta-start.json" "$out/results.csv"

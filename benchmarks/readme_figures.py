@@ -50,6 +50,11 @@ class FigureError(Exception):
 
 # ---------------------------------------------------------------- reading files
 
+def _src(path: Path) -> str:
+    """How a block names its source: ``benchmarks/NAME``, wherever the files were read."""
+    return f"benchmarks/{path.name}"
+
+
 def _rel(path: Path) -> str:
     try:
         return path.resolve().relative_to(ROOT).as_posix()
@@ -141,7 +146,7 @@ def main_job(bench: Path) -> str:
     for k in ("detect_s", "save_s", "restart_s", "restore_s", "replayed_steps",
               "recovery_s", "wall_s"):
         vals = [r[k] for r in reps if isinstance(r.get(k), (int, float))]
-        nd = 0 if k == "replayed_steps" else 2
+        nd = 0 if k == "replayed_steps" else 1 if k == "wall_s" else 2
         span = f"{_s(min(vals), nd)} - {_s(max(vals), nd)}" if vals else "-"
         rows.append(f"| {k} | {_s(med.get(k), nd)} | {span} |")
     for k in ("state_equal", "sample_stream_equal"):
@@ -156,8 +161,8 @@ def main_job(bench: Path) -> str:
              f"(`jitbench/hang.py`).")
     return "\n".join([
         f"`{doc.get('command', 'jitbench run --fault nccl-hang --json')}`, "
-        f"{len(reps)} repeats (times in s):", "", *rows, "", bound, "",
-        provenance(_rel(path), doc.get("date", ""), mach.get("cpus"), mach.get("torch"),
+        f"{len(reps)} repeat{'s' if len(reps) != 1 else ''}, medians (times in s):", "", *rows, "", bound, "",
+        provenance(_src(path), doc.get("date", ""), mach.get("cpus"), mach.get("torch"),
                    f"{_load_range(loads)} (1 min, before and after each repeat)",
                    f"commit {doc.get('commit') or 'not recorded'}"),
     ])
@@ -189,7 +194,7 @@ def suite(bench: Path) -> str:
     return "\n".join([
         f"Test suite (`{doc.get('command') or 'python -m pytest'}`, as `.ci/run` runs it): "
         f"{counts} in {int(secs // 60)}:{int(round(secs % 60)):02d} ({secs:.0f} s).", "",
-        provenance(_rel(path), doc.get("date", ""), mach.get("cpus"), mach.get("torch"), load,
+        provenance(_src(path), doc.get("date", ""), mach.get("cpus"), mach.get("torch"), load,
                    extra),
     ])
 
@@ -245,7 +250,7 @@ def inprocess(bench: Path) -> str:
         f"Median `recovery_s`, GPT default, 60 steps, fault on rank 1 at step 20, "
         f"{'/'.join(map(str, sorted(runs)))} runs each:", "", *rows, "",
         *([gap, ""] if gap else []),
-        provenance(_rel(path), date, "/".join(map(str, sorted(cpus))), None,
+        provenance(_src(path), date, "/".join(map(str, sorted(cpus))), None,
                    f"{_load_range(loads)} (1 min, at the start of each world size's sweep)"
                    if loads else "not recorded"),
     ])
@@ -258,6 +263,11 @@ def _meta(bench: Path, name: str) -> dict:
 
 
 def _meta_load(meta: dict) -> str:
+    """The sidecar's load: measured 1-minute averages before/after the sweep
+    (``benchmarks/sweep_meta.py``), else its noted ``load`` text, else "not recorded"."""
+    if meta.get("load_before") and meta.get("load_after"):
+        return (f"{_load_range([meta['load_before'][0], meta['load_after'][0]])} (1 min, "
+                "before and after the sweep)")
     return meta.get("load") or "not recorded"
 
 
@@ -293,8 +303,8 @@ def peers(bench: Path) -> str:
                f"{'/'.join(sorted({str(v) for v in t['machine_peer_nvidia-resiliency-ext']}))}")
     return "\n".join([
         f"One run each ({len(t)} runs), times in s:", "", *rows, "",
-        provenance(_rel(path), date, cpus, torch, _meta_load(meta),
-                   f"{peers_v}; load from `{_rel(bench / 'peers-cpu.csv.meta.json')}`"),
+        provenance(_src(path), date, cpus, torch, _meta_load(meta),
+                   f"{peers_v}; load from `benchmarks/peers-cpu.csv.meta.json`"),
     ])
 
 
@@ -323,9 +333,9 @@ def validation(bench: Path) -> str:
             "each run predicted from the other run's phase costs:")
     return "\n".join([
         head, "", *rows, "",
-        provenance(_rel(path), meta.get("date", ""), mach.get("cpus"), mach.get("torch"),
+        provenance(_src(path), meta.get("date", ""), mach.get("cpus"), mach.get("torch"),
                    _meta_load(meta),
-                   f"date and machine from `{_rel(bench / 'validation-cpu.csv.meta.json')}`"),
+                   "date and machine from `benchmarks/validation-cpu.csv.meta.json`"),
     ])
 
 
