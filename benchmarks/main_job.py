@@ -35,10 +35,12 @@ DEFAULT_NAME = "main-job-cpu.json"
 COMMAND = ["run", "--fault", "nccl-hang", "--json"]
 """README's first command (``jitbench run --fault nccl-hang``) with ``--json``."""
 METRICS = ("detect_s", "save_s", "restart_s", "restore_s", "replayed_steps",
-           "recovery_s", "state_equal", "sample_stream_equal", "wall_s")
-"""Headline metrics kept per repeat (s unless named otherwise; see README "Metrics")."""
+           "recovery_s", "state_equal", "sample_stream_equal", "wall_s", "step_s")
+"""Headline metrics kept per repeat (s unless named otherwise; see README "Metrics").
+``step_s`` (the median step) explains ``detect_s``: the hang bound is
+``max(hang_floor_s, hang_factor x median step)`` (``jitbench/hang.py``)."""
 NUMERIC = ("detect_s", "save_s", "restart_s", "restore_s", "replayed_steps",
-           "recovery_s", "wall_s")
+           "recovery_s", "wall_s", "step_s")
 """Metrics with a median; the booleans are kept per repeat and summarised as all()."""
 MAIN_JOB_VERSION = 1
 
@@ -94,7 +96,7 @@ def medians(repeats: list[dict]) -> dict:
 
 def measure(repeats: int, work: Path) -> dict:
     """Run the job ``repeats`` times under ``work``; the document written to JSON."""
-    rows, machine = [], None
+    rows, machine, commit = [], None, git_commit()  # the code measured, taken first
     for i in range(repeats):
         before = load()
         summary, elapsed = run_once(work / f"r{i}")
@@ -112,7 +114,7 @@ def measure(repeats: int, work: Path) -> dict:
         "command": "jitbench " + " ".join(COMMAND),
         "spec": "default (README's first command)",
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": git_commit(),
+        "commit": commit,
         "machine": machine,
         "repeats": rows,
         "median": medians(rows),

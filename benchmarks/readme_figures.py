@@ -144,7 +144,9 @@ def main_job(bench: Path) -> str:
     med = doc["median"]
     rows = ["| metric | median | min - max |", "|---|---:|---|"]
     for k in ("detect_s", "save_s", "restart_s", "restore_s", "replayed_steps",
-              "recovery_s", "wall_s"):
+              "recovery_s", "wall_s", "step_s"):
+        if k not in med:  # step_s: files written before it was recorded
+            continue
         vals = [r[k] for r in reps if isinstance(r.get(k), (int, float))]
         nd = 0 if k == "replayed_steps" else 1 if k == "wall_s" else 2
         span = f"{_s(min(vals), nd)} - {_s(max(vals), nd)}" if vals else "-"
@@ -156,7 +158,8 @@ def main_job(bench: Path) -> str:
     mach = doc.get("machine") or {}
     bound = (f"The hang bound that `detect_s` measures is `max(--hang-floor-s, "
              f"--hang-factor x median step time)`, {hang.FLOOR_S:g} s and {hang.FACTOR:g} "
-             f"x by default; **before the first step's time is known (a hang in the first "
+             f"x by default (so `detect_s` grows with `step_s`, the median step, on a loaded "
+             f"machine); **before the first step's time is known (a hang in the first "
              f"step) it is the first-step bound `--hang-first-s`, {hang.FIRST_S:g} s** "
              f"(`jitbench/hang.py`).")
     return "\n".join([
