@@ -1,5 +1,6 @@
 """nox sessions: tests (the CI suite), lint (ruff and the layer contracts), stress (hundreds
-of fault campaigns), startup (start-up time of the light CLI commands)."""
+of fault campaigns), startup (start-up time of the light CLI commands), figures (measure,
+then rewrite README's figure blocks from benchmarks/)."""
 
 import nox
 
@@ -39,3 +40,18 @@ def stress(session: nox.Session) -> None:
 def startup(session: nox.Session) -> None:
     """Start-up time of jitbench --help, faults and gate --help against import torch."""
     session.run("python", "benchmarks/cli_startup.py", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def figures(session: nox.Session) -> None:
+    """Re-measure README's main job (3 repeats: benchmarks/main-job-cpu.json), then rewrite
+    every figure block of README.md from the committed files under benchmarks/.
+    ``nox -s figures -- suite`` also times README's test command (about 22 minutes on 2
+    cores: benchmarks/suite-cpu.json); the other tables have their own sweeps
+    (benchmarks/README.md)."""
+    session.run("python", "benchmarks/main_job.py", "benchmarks/main-job-cpu.json",
+                "--repeats", "3")
+    if "suite" in session.posargs:
+        session.run("python", "benchmarks/suite_time.py", "benchmarks/suite-cpu.json", "--",
+                    "python", "-m", "pytest", success_codes=[0, 1])  # failures are recorded
+    session.run("python", "benchmarks/readme_figures.py")
