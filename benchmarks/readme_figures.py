@@ -154,17 +154,23 @@ def main_job(bench: Path) -> str:
     for k in ("state_equal", "sample_stream_equal"):
         n = sum(r.get(k) is True for r in reps)
         rows.append(f"| {k} | {_bool(med.get(k))} | true in {n} of {len(reps)} |")
-    loads = [x for r in reps for x in (r["load_before"][0], r["load_after"][0])]
+    try:
+        loads = [x for r in reps for x in (r["load_before"][0], r["load_after"][0])]
+    except (KeyError, IndexError, TypeError):
+        raise FigureError(f"{_rel(path)}: a repeat lacks load_before/load_after") from None
     mach = doc.get("machine") or {}
     bound = (f"The hang bound that `detect_s` measures is `max(--hang-floor-s, "
              f"--hang-factor x median step time)`, {hang.FLOOR_S:g} s and {hang.FACTOR:g} "
-             f"x by default (so `detect_s` grows with `step_s`, the median step, on a loaded "
-             f"machine); **before the first step's time is known (a hang in the first "
-             f"step) it is the first-step bound `--hang-first-s`, {hang.FIRST_S:g} s** "
-             f"(`jitbench/hang.py`).")
+             f"x by default, so `detect_s` grows with `step_s` on a loaded machine. "
+             f"**Exception: before the step time is known** (the first three steps of a job "
+             f"that restored no step time from a checkpoint, and a newcomer's first step "
+             f"after an in-process re-forming) **the bound is the first-step bound "
+             f"`--hang-first-s`, {hang.FIRST_S:g} s** (defaults: `jitbench/hang.py`; "
+             f"`HangBound` in `jitbench/runtime/watchdog.py`).")
+    plural = "s" if len(reps) != 1 else ""
     return "\n".join([
         f"`{doc.get('command', 'jitbench run --fault nccl-hang --json')}`, "
-        f"{len(reps)} repeat{'s' if len(reps) != 1 else ''}, medians (times in s):", "", *rows, "", bound, "",
+        f"{len(reps)} repeat{plural}, medians (times in s):", "", *rows, "", bound, "",
         provenance(_src(path), doc.get("date", ""), mach.get("cpus"), mach.get("torch"),
                    f"{_load_range(loads)} (1 min, before and after each repeat)",
                    f"commit {doc.get('commit') or 'not recorded'}"),
@@ -342,12 +348,48 @@ def validation(bench: Path) -> str:
     ])
 
 
+_ST_HEAD = re.compile(r"on commit (\w+) \((\d+)-core machine, torch ([^,\s]+),.*\), "
+                      r"(\d{4}-\d\d-\d\d)")
+_ST_FAULTS = re.compile(r"^# (\d+) faults:")
+_ST_MEDIAN = re.compile(r"Median ([\d.]+) s per campaign")
+_ST_RESULT = re.compile(r"^campaigns: (\d+)\s+violations: (\d+)")
+_ST_SECONDS = re.compile(r"\bin ([\d.]+)s\b")
+
+
+def stress(bench: Path) -> str:
+    """The last full ``nox -s stress`` run (``stress-cpu.txt``: its header, the checker's
+    ``campaigns: N  violations: V`` line and pytest's final line)."""
+    path = bench / "stress-cpu.txt"
+    text = read_text(path)
+    head = _ST_HEAD.search(text)
+    faults = next((m for ln in text.splitlines() if (m := _ST_FAULTS.match(ln))), None)
+    median = _ST_MEDIAN.search(text)
+    result = next((m for ln in text.splitlines() if (m := _ST_RESULT.match(ln))), None)
+    secs = next((float(m.group(1)) for ln in reversed(text.splitlines())
+                 if "passed" in ln and (m := _ST_SECONDS.search(ln))), None)
+    if not (head and result and secs is not None):
+        raise FigureError(f"{_rel(path)} lacks its header, the 'campaigns: N  violations: V' "
+                          "line or pytest's final line")
+    parts = [f"{result.group(1)} campaigns"]
+    if faults:
+        parts.append(f"{faults.group(1)} faults")
+    parts.append(f"{result.group(2)} violations")
+    took = f"in {int(secs // 60)}:{int(round(secs % 60)):02d} ({secs:.0f} s)"
+    per = f", median {median.group(1)} s per campaign" if median else ""
+    return "\n".join([
+        f"The last full `nox -s stress` run: {', '.join(parts)} {took}{per}.", "",
+        provenance(_src(path), head.group(4), head.group(2), head.group(3), "not recorded",
+                   f"commit {head.group(1)}"),
+    ])
+
+
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "main-job": main_job,
     "suite": suite,
     "inprocess": inprocess,
     "peers": peers,
     "validation": validation,
+    "stress": stress,
 }
 """Block name (the README marker) -> its renderer (benchmarks directory -> markdown)."""
 
@@ -361,7 +403,14 @@ def _block_re(name: str) -> re.Pattern:
 
 def render_all(bench: Path = BENCH) -> dict[str, str]:
     """Every block's markdown, rendered from the files under ``bench``."""
-    return {name: fn(bench).rstrip("\n") + "\n" for name, fn in BLOCKS.items()}
+    out = {}
+    for name, fn in BLOCKS.items():
+        try:
+            out[name] = fn(bench).rstrip("\n") + "\n"
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise FigureError(f"block {name}: a benchmark file under {_rel(bench)} is "
+                              f"malformed ({type(exc).__name__}: {exc})") from None
+    return out
 
 
 def rewrite(readme: str, rendered: dict[str, str]) -> str:
