@@ -1,0 +1,118 @@
+"""README's figure blocks against the committed benchmark files (benchmarks/readme_figures.py),
+and the parsers of the measurement scripts (main_job.py, suite_time.py). No runs: fast."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from jitbench import hang
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+figs = _load("readme_figures")
+main_job = _load("main_job")
+suite_time = _load("suite_time")
+
+
+def test_readme_blocks_are_what_the_benchmark_files_render():
+    stale = figs.stale((ROOT / "README.md").read_text(), figs.render_all(BENCH))
+    assert not stale, ("README.md's figure blocks differ from benchmarks/ (run python "
+                       "benchmarks/readme_figures.py):\n" + "\n".join(stale.values()))
+
+
+def test_check_names_a_deliberately_altered_block(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    text = (ROOT / "README.md").read_text()
+    start = text.index("<!-- figures:peers -->")
+    end = text.index("<!-- /figures:peers -->")
+    block = text[start:end]
+    altered = block.replace("| jit | kill |", "| jit | kill | 9", 1)
+    assert altered != block
+    readme.write_text(text[:start] + altered + text[end:])
+    assert figs.main(["--check", "--readme", str(readme)]) == 1
+    out = capsys.readouterr().out
+    assert "stale block: peers" in out and "stale block: main-job" not in out
+    assert readme.read_text() != text  # --check writes nothing
+    assert figs.main(["--readme", str(readme)]) == 0  # the rewrite repairs it
+    assert readme.read_text() == text
+    assert figs.main(["--check", "--readme", str(readme)]) == 0
+
+
+def test_missing_benchmark_file_is_one_line_and_status_2(tmp_path, capsys):
+    bench = tmp_path / "benchmarks"
+    shutil.copytree(BENCH, bench)
+    (bench / "suite-cpu.json").unlink()
+    assert figs.main(["--check", "--benchmarks", str(bench)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "suite-cpu.json" in err and "Traceback" not in err
+    (bench / "peers-cpu.csv").write_text("strategy,fault\njit,kill\n")
+    shutil.copy(BENCH / "suite-cpu.json", bench / "suite-cpu.json")
+    assert figs.main(["--check", "--benchmarks", str(bench)]) == 2
+    assert "lacks the column(s)" in capsys.readouterr().err
+
+
+def test_missing_marker_is_status_2(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text((ROOT / "README.md").read_text().replace("<!-- /figures:suite -->", ""))
+    assert figs.main(["--readme", str(readme)]) == 2
+    assert "figures:suite" in capsys.readouterr().err
+
+
+def test_main_job_block_states_the_first_step_bound_from_hang_py(monkeypatch):
+    doc = json.loads((BENCH / "main-job-cpu.json").read_text())
+    text = figs.main_job(BENCH)
+    assert f"`--hang-first-s`, {hang.FIRST_S:g} s" in text
+    assert "benchmarks/main-job-cpu.json" in text and doc["date"] in text
+    assert f"{doc['machine']['cpus']} cores" in text and doc["machine"]["torch"] in text
+    assert f"commit {doc['commit']}" in text
+    monkeypatch.setattr(figs.hang, "FIRST_S", 99.0)  # the bound follows hang.py
+    assert "`--hang-first-s`, 99 s" in figs.main_job(BENCH)
+
+
+def test_main_job_medians():
+    rows = [{"detect_s": 2.0, "recovery_s": 5.0, "replayed_steps": 0, "state_equal": True,
+             "sample_stream_equal": True},
+            {"detect_s": 2.2, "recovery_s": 9.0, "replayed_steps": 0, "state_equal": True,
+             "sample_stream_equal": True},
+            {"detect_s": 2.1, "recovery_s": 6.0, "replayed_steps": 1, "state_equal": False,
+             "sample_stream_equal": True}]
+    med = main_job.medians(rows)
+    assert med["detect_s"] == 2.1 and med["recovery_s"] == 6.0 and med["replayed_steps"] == 0
+    assert med["state_equal"] is False and med["sample_stream_equal"] is True
+    assert med["restart_s"] is None
+
+
+@pytest.mark.parametrize("line,expect", [
+    ("===== 648 passed, 1 failed, 3 skipped, 2 warnings in 1327.40s (0:22:07) =====",
+     {"passed": 648, "failed": 1, "skipped": 3, "seconds": 1327.4}),
+    ("== 5 passed in 0.12s ==", {"passed": 5, "failed": 0, "seconds": 0.12}),
+    ("= 1 failed, 2 errors in 3.00s =", {"passed": 0, "failed": 1, "errors": 2}),
+])
+def test_suite_time_parses_pytest_final_line(line, expect):
+    got = suite_time.parse_final_line(f"collected 9 items\n...\n{line}\n")
+    assert {k: got[k] for k in expect} == expect
+
+
+def test_suite_time_without_final_line_is_status_2(tmp_path, capsys):
+    log = tmp_path / "log.txt"
+    log.write_text("collected 3 items\nKeyboardInterrupt\n")
+    assert suite_time.main([str(tmp_path / "s.json"), "--log", str(log)]) == 2
+    assert suite_time.main([str(tmp_path / "s.json"), "--log", str(tmp_path / "none")]) == 2
+    assert not (tmp_path / "s.json").exists()
+    assert "cannot read" in capsys.readouterr().err
