@@ -116,3 +116,27 @@ def test_suite_time_without_final_line_is_status_2(tmp_path, capsys):
     assert suite_time.main([str(tmp_path / "s.json"), "--log", str(tmp_path / "none")]) == 2
     assert not (tmp_path / "s.json").exists()
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_stress_chunks_append_and_total(tmp_path):
+    """A stress log becomes the record's next chunk; totals sum every chunk and a
+    violation makes ``total`` exit 1."""
+
+    sys.path.insert(0, str(BENCH))
+    import stress_chunks
+
+    record = tmp_path / "stress.txt"
+    record.write_text("# chunk 1: 200 campaigns, 0 violations, commit abc, seed 1, 2026-11-30, "
+                      "median 12.6 s/campaign, strategies jit 200\n[   1] ok ...\n")
+    log = tmp_path / "log.jsonl"
+    log.write_text("\n".join(json.dumps(r) for r in [
+        {"campaign": "jit: kill@rank0:step1", "wall_s": 10.0, "violations": [], "base": 0},
+        {"campaign": "periodic:3: exit@rank1:step2, kill@rank0:step4", "wall_s": 14.0,
+         "violations": ["state: max_abs_diff 0.1"], "base": 1}]) + "\n")
+    head = stress_chunks.append(log, record, "7", commit="def")
+    assert head.startswith("# chunk 2: 2 campaigns, 1 violations, commit def, seed 7, ")
+    assert "median 12.0 s/campaign, strategies jit 1, periodic:3 1; faults kill 2, exit 1" in head
+    assert stress_chunks.total(record) == (2, 202, 1)
+    assert "        state: max_abs_diff 0.1" in record.read_text()  # the violation is kept
+    assert stress_chunks.main(["total", "--record", str(record)]) == 1
+    assert stress_chunks.main(["total", "--record", str(tmp_path / "absent")]) == 2

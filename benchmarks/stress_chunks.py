@@ -1,0 +1,113 @@
+"""The stress record (``benchmarks/stress-cpu.txt``) in resumable chunks.
+
+``nox -s stress`` runs random fault campaigns (``tests/dist/test_campaigns.py``,
+marker ``stress``) and writes one JSON line per campaign to its log. This script
+appends such a log to the record as one chunk, headed by one line::
+
+    # chunk 3: 100 campaigns, 0 violations, commit abc1234, seed 42, 2026-12-01, median 12.6 s/campaign, strategies jit 40 ...
+
+and prints the totals over every chunk, so 1,000 campaigns can be reached a few
+hundred at a time on a shared machine, each chunk at the commit it ran on.
+
+Usage::
+
+    python benchmarks/stress_chunks.py append LOG.jsonl --seed S [--commit C] [--note TEXT] [--record FILE]
+    python benchmarks/stress_chunks.py total [--record FILE]
+
+Exit status: 0; 1 when the record holds a violation (``total``); 2 for a missing
+or unreadable log or record (one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+RECORD = Path(__file__).with_name("stress-cpu.txt")
+CHUNK = re.compile(r"^# chunk (\d+): (\d+) campaigns, (\d+) violations")
+
+
+def chunks(record: Path) -> list[tuple[int, int, int]]:
+    """``(chunk number, campaigns, violations)`` of every chunk header in ``record``."""
+    return [(int(m[1]), int(m[2]), int(m[3]))
+            for m in map(CHUNK.match, record.read_text().splitlines()) if m]
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def append(log: Path, record: Path, seed: str, note: str = "", commit: str | None = None) -> str:
+    """Append the campaigns of ``log`` (JSON lines of the stress test) to ``record`` as
+    the next chunk, run at ``commit`` (default: the checkout's HEAD); returns its
+    header line.
+
+    Raises:
+        OSError: ``log`` or ``record`` cannot be read or written.
+        ValueError: ``log`` holds no campaign.
+    """
+    rows = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+    if not rows:
+        raise ValueError(f"{log} holds no campaign")
+    bad = sum(1 for r in rows if r["violations"])
+    n = max((c for c, _, _ in chunks(record)), default=0) + 1 if record.exists() else 1
+    strategies = Counter(r["campaign"].split(": ")[0] for r in rows)
+    kinds = Counter(f.split("@")[0] for r in rows for f in r["campaign"].split(": ", 1)[1]
+                    .split(", "))
+    head = (f"# chunk {n}: {len(rows)} campaigns, {bad} violations, commit {commit or _commit()}, "
+            f"seed {seed}, {time.strftime('%Y-%m-%d')}, median "
+            f"{statistics.median(r['wall_s'] for r in rows):.1f} s/campaign, strategies "
+            + ", ".join(f"{k} {v}" for k, v in strategies.most_common())
+            + "; faults " + ", ".join(f"{k} {v}" for k, v in kinds.most_common())
+            + (f". {note}" if note else ""))
+    lines = [head] + [
+        f"[{i:4d}] {'ok ' if not r['violations'] else 'BAD'} {r['wall_s']:6.1f}s "
+        f"base{r.get('base', 0)} {r['campaign']}"
+        + "".join(f"\n        {v}" for v in r["violations"]) for i, r in enumerate(rows, 1)]
+    with open(record, "a") as fh:
+        fh.write("\n".join(lines) + "\n")
+    return head
+
+
+def total(record: Path) -> tuple[int, int, int]:
+    """``(chunks, campaigns, violations)`` over the record."""
+    cs = chunks(record)
+    return len(cs), sum(c for _, c, _ in cs), sum(v for _, _, v in cs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("append", help="append a stress log as the next chunk")
+    a.add_argument("log", type=Path)
+    a.add_argument("--seed", required=True)
+    a.add_argument("--note", default="")
+    a.add_argument("--commit", default=None, help="the commit it ran at (default: HEAD)")
+    a.add_argument("--record", type=Path, default=RECORD)
+    t = sub.add_parser("total", help="campaigns and violations over every chunk")
+    t.add_argument("--record", type=Path, default=RECORD)
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "append":
+            print(append(args.log, args.record, args.seed, args.note, args.commit))
+        n, campaigns, bad = total(args.record)
+    except (OSError, ValueError, KeyError, IndexError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"stress record {args.record}: {campaigns} campaigns in {n} chunks, {bad} violations")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
