@@ -24,6 +24,8 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from provenance import git_commit
+
 ROOT = Path(__file__).resolve().parents[1]
 JB = [sys.executable, "-m", "jitbench.cli"]
 COMMANDS: list[tuple[str, list[str]]] = [
@@ -67,14 +69,6 @@ def _cpu() -> str:
     return platform.processor() or platform.machine()
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                              capture_output=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def _version(package: str) -> str:
     try:
         return version(package)
@@ -87,7 +81,7 @@ def report(times: dict[str, list[float]], load_before: tuple, load_after: tuple,
     """The result as text: a header describing machine and code, one line per command."""
     ref = statistics.median(times[COMMANDS[0][0]])
     lines = [
-        f"# CLI start-up: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, commit {_commit()}, "
+        f"# CLI start-up: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, commit {git_commit()}, "
         f"Python {platform.python_version()}, torch {_version('torch')}",
         f"# machine: {_cpu()}, nproc {os.cpu_count()}, load average (1/5/15 min) "
         f"{' '.join(f'{x:.2f}' for x in load_before)} before, "

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from provenance import git_commit, load_avg
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_NAME = "main-job-cpu.json"
 COMMAND = ["run", "--fault", "nccl-hang", "--json"]
@@ -43,25 +45,6 @@ NUMERIC = ("detect_s", "save_s", "restart_s", "restore_s", "replayed_steps",
            "recovery_s", "wall_s", "step_s")
 """Metrics with a median; the booleans are kept per repeat and summarised as all()."""
 MAIN_JOB_VERSION = 1
-
-
-def git_commit() -> str:
-    """The checkout's short commit, ``+dirty`` when tracked files differ; "" outside git."""
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                             capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=ROOT, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    if rev.returncode:
-        return ""
-    return rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
-def load() -> list[float]:
-    """``os.getloadavg()`` rounded to 2 decimals (1, 5 and 15 minute averages)."""
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def run_once(run_dir: Path) -> tuple[dict, float]:
@@ -98,9 +81,9 @@ def measure(repeats: int, work: Path) -> dict:
     """Run the job ``repeats`` times under ``work``; the document written to JSON."""
     rows, machine, commit = [], None, git_commit()  # the code measured, taken first
     for i in range(repeats):
-        before = load()
+        before = load_avg()
         summary, elapsed = run_once(work / f"r{i}")
-        after = load()
+        after = load_avg()
         machine = machine or summary.get("machine")
         row = {k: summary.get(k) for k in METRICS}
         row.update(repeat=i, load_before=before, load_after=after,

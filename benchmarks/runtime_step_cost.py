@@ -46,7 +46,6 @@ import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -67,6 +66,8 @@ try:  # the small-state copy of the runtime (before it had one: deepcopy)
     from jitbench.runtime.state import copy_small  # noqa: E402
 except ImportError:  # pragma: no cover - measuring an older tree
     from copy import deepcopy as copy_small  # noqa: E402
+from provenance import git_commit  # noqa: E402
+
 from jitbench.workloads import WorkloadConfig, build_workload  # noqa: E402
 
 
@@ -166,21 +167,10 @@ def _cpu() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def _commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        return out + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def report(times: dict, steps: int, size: str, batch_size: int, load0, load1) -> str:
     """The table: median, p10, p90 per component (µs)."""
     head = [f"# runtime step cost: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, "
-            f"commit {_commit()}, Python {platform.python_version()}, torch {torch.__version__}",
+            f"commit {git_commit()}, Python {platform.python_version()}, torch {torch.__version__}",
             f"# machine: {_cpu()}, nproc {os.cpu_count()}, load average (1/5/15 min) "
             f"{' '.join(f'{x:.2f}' for x in load0)} before, "
             f"{' '.join(f'{x:.2f}' for x in load1)} after",

@@ -24,11 +24,12 @@ import argparse
 import json
 import re
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
 from pathlib import Path
+
+from provenance import git_commit
 
 RECORD = Path(__file__).with_name("stress-cpu.txt")
 CHUNK = re.compile(r"^# chunk (\d+): (\d+) campaigns, (\d+) violations")
@@ -38,14 +39,6 @@ def chunks(record: Path) -> list[tuple[int, int, int]]:
     """``(chunk number, campaigns, violations)`` of every chunk header in ``record``."""
     return [(int(m[1]), int(m[2]), int(m[3]))
             for m in map(CHUNK.match, record.read_text().splitlines()) if m]
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def append(log: Path, record: Path, seed: str, note: str = "", commit: str | None = None) -> str:
@@ -65,7 +58,7 @@ def append(log: Path, record: Path, seed: str, note: str = "", commit: str | Non
     strategies = Counter(r["campaign"].split(": ")[0] for r in rows)
     kinds = Counter(f.split("@")[0] for r in rows for f in r["campaign"].split(": ", 1)[1]
                     .split(", "))
-    head = (f"# chunk {n}: {len(rows)} campaigns, {bad} violations, commit {commit or _commit()}, "
+    head = (f"# chunk {n}: {len(rows)} campaigns, {bad} violations, commit {commit or git_commit()}, "
             f"seed {seed}, {time.strftime('%Y-%m-%d')}, median "
             f"{statistics.median(r['wall_s'] for r in rows):.1f} s/campaign, strategies "
             + ", ".join(f"{k} {v}" for k, v in strategies.most_common())

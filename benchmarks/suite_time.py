@@ -32,6 +32,8 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from provenance import git_commit, load_avg
+
 ROOT = Path(__file__).resolve().parents[1]
 SUITE_VERSION = 1
 _COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)\b")
@@ -69,28 +71,10 @@ def machine() -> dict:
             "host": platform.node()}
 
 
-def git_commit() -> str:
-    """The checkout's short commit, ``+dirty`` when tracked files differ; "" outside git."""
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                             capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=ROOT, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    if rev.returncode:
-        return ""
-    return rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
-def _load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
 def run_command(cmd: list[str]) -> tuple[int, str, float, list[float], list[float]]:
     """Run ``cmd``, passing its output through; (exit status, the last 200 lines of its
     output, wall time in s, load average before, after)."""
-    before = _load()
+    before = load_avg()
     t0 = time.perf_counter()
     tail: collections.deque[str] = collections.deque(maxlen=200)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -100,7 +84,7 @@ def run_command(cmd: list[str]) -> tuple[int, str, float, list[float], list[floa
         sys.stdout.write(line)
         tail.append(line)
     rc = proc.wait()
-    return rc, "".join(tail), time.perf_counter() - t0, before, _load()
+    return rc, "".join(tail), time.perf_counter() - t0, before, load_avg()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -472,21 +472,34 @@ class Runtime:
                          durable=True)
         return part
 
-    def save_periodic(self, step: int) -> None:
+    def save_periodic(self, step: int, kind: str = "periodic",
+                      unless_committed: bool = False) -> None:
         """Synchronous checkpoint after ``step`` (rank 0 writes; all ranks wait).
 
         The barrier runs in the ``checkpoint`` phase, guarded by ``sync_bound_s``.
         A failed write on rank 0 is a failure of the job (the peers are told and
-        their barrier fails); older checkpoints stay.
+        their barrier fails); older checkpoints stay. ``kind``: the part's kind
+        (``periodic``; ``final`` for :attr:`RuntimeConfig.final_checkpoint`);
+        ``unless_committed``: write nothing (a ``save`` skip event) when a part of
+        ``step`` is already committed.
         """
         with self.checkpoint_phase():
             if self.rank == 0:
                 try:
-                    self.write_checkpoint("periodic", step, self.boundary_snapshot())
-                    ckpt.prune(self.config.ckpt_dir, self.config.keep_steps)
-                except ckpt.CheckpointWriteError as exc:
-                    self.fail("storage_error", error=str(exc), save=False, notify=True,
-                              errno=exc.errno)
+                    have = ({p["step"] for p in ckpt.committed(self.config.ckpt_dir)}
+                            if unless_committed else set())
+                except OSError:
+                    have = set()
+                if step in have:
+                    self.events.emit("save", "skip", kind=kind, step=step,
+                                     reason="a checkpoint of this step is committed")
+                else:
+                    try:
+                        self.write_checkpoint(kind, step, self.boundary_snapshot())
+                        ckpt.prune(self.config.ckpt_dir, self.config.keep_steps)
+                    except ckpt.CheckpointWriteError as exc:
+                        self.fail("storage_error", error=str(exc), save=False, notify=True,
+                                  errno=exc.errno)
             if _dist_ready():
                 torch.distributed.barrier()
 
@@ -614,8 +627,8 @@ class Runtime:
         self._phase, self._phase_since = "checkpoint", time.monotonic()
         self.strategy.finish(self)
         self.events.emit("resources", **resources())
-        if self.config.final_checkpoint:
-            self._save_final()
+        if self.config.final_checkpoint:  # for a later job to resume from
+            self.save_periodic(self._completed, kind="final", unless_committed=True)
             self._phase, self._phase_since = "checkpoint", time.monotonic()
         if final_state_path and self.rank == 0:
             path = Path(final_state_path)
@@ -631,30 +644,6 @@ class Runtime:
         # client's round trip) that must not outlive the objects torn down at exit
         self.watchdog.stop(join_timeout_s=15.0)
         self.events.emit("done", step=self._completed, durable=True)
-
-    def _save_final(self) -> None:
-        """``final_checkpoint``: rank 0 writes the final boundary (kind ``final``) unless
-        a committed part of that step is already there; every rank waits for it. A
-        failed write is a failure of the job, as a periodic checkpoint's is."""
-        step = self._completed
-        with self.checkpoint_phase():
-            if self.rank == 0:
-                try:
-                    have = {p["step"] for p in ckpt.committed(self.config.ckpt_dir)}
-                except OSError:
-                    have = set()
-                if step in have:
-                    self.events.emit("save", "skip", kind="final", step=step,
-                                     reason="a checkpoint of this step is committed")
-                else:
-                    try:
-                        self.write_checkpoint("final", step, self.boundary_snapshot())
-                        ckpt.prune(self.config.ckpt_dir, self.config.keep_steps)
-                    except ckpt.CheckpointWriteError as exc:
-                        self.fail("storage_error", error=str(exc), save=False, notify=True,
-                                  errno=exc.errno)
-            if _dist_ready():
-                torch.distributed.barrier()
 
     def close(self) -> None:
         """Stop the watchdog and give back SIGTERM and the wakeup fd (idempotent).

@@ -17,6 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 
 
+sys.path.insert(0, str(BENCH))  # the scripts import benchmarks/provenance.py
+
+
 def _load(name: str):
     spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
@@ -122,7 +125,6 @@ def test_stress_chunks_append_and_total(tmp_path):
     """A stress log becomes the record's next chunk; totals sum every chunk and a
     violation makes ``total`` exit 1."""
 
-    sys.path.insert(0, str(BENCH))
     import stress_chunks
 
     record = tmp_path / "stress.txt"
