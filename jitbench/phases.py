@@ -298,7 +298,7 @@ def _episodes(evs: list[dict], key: str, spans: list[dict], world_size: int) -> 
                              and r["t0"] is not None and r["t1"] <= tf),
                             key=lambda r: (r["t0"], r["dur_s"]))
             save = before[-1] if before else None
-        rows.append(_row("failure", "save", None, None, dur_s=0.0, **ep) if save is None else
+        rows.append(_row("failure", "save", None, None, **ep) if save is None else  # none made
                     _row("failure", "save", save["t0"], save["t1"], rank=save["rank"],
                          kind=save["kind"], step=save["step"], part=save["part"], **ep))
         if not nxt:

@@ -212,6 +212,10 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     summary["restored_kind"] = fails[0].restored_kind if fails else None
     summary["checkpoint_interval"] = _interval(spec.strategy, m.auto_interval)
     summary["auto_interval"] = m.auto_interval
+    summary["auto_intervals"] = [  # every choice of periodic:auto (a restart chooses again)
+        {k: e.get(k) for k in ("attempt", "step", "interval", "cost_s", "step_s", "mtbf_s",
+                               "young_interval_s")}
+        for e in evs if e["event"] == "auto_interval" and e["rank"] == 0]
     for k in ("completed", "final_step", "attempts", "step_s", "train_wall_s", "goodput",
               "checkpoint_saves", "checkpoint_s", "checkpoint_stall_gpu_s", "wasted_gpu_s", "loss_first",
               "loss_last"):
@@ -299,9 +303,10 @@ def decisions(summary: dict, entry: strategies.Entry) -> list[str]:
     from an earlier job's checkpoint, each checkpoint part the restore skipped and
     why, each failure whose JIT checkpoint was lost (what was restored instead,
     :func:`jitbench.harness.metrics.jit_fallback`) or whose in-process recovery fell
-    back to a restart,
-    and whether a checkpoint was written at all under a strategy that writes only
-    when a peer fails (``entry.writes == "on_failure"``)."""
+    back to a restart, each interval ``periodic:auto`` chose (and whether the run
+    ends before its next checkpoint), and whether a checkpoint was written at all
+    under a strategy that writes only when a peer fails (``entry.writes ==
+    "on_failure"``)."""
     out: list[str] = []
     res = summary.get("resumed_from")
     for part, reason in summary.get("restore_skipped") or []:
@@ -319,6 +324,16 @@ def decisions(summary: dict, entry: strategies.Entry) -> list[str]:
                        f"{f['fallback']}; restarted from the checkpoints")
         else:  # jit: the JIT checkpoint was lost, and what was restored (metrics.jit_fallback)
             out.append(str(f["fallback"]))
+    for a in summary.get("auto_intervals") or []:
+        line = (f"periodic:auto chose a checkpoint every {a['interval']} steps at step "
+                f"{a['step']} (attempt {a['attempt']}): Young's interval "
+                f"{_g(a.get('young_interval_s'))} s for a checkpoint of "
+                f"{_g(a.get('cost_s'))} s and an MTBF of {_g(a.get('mtbf_s'))} s, over "
+                f"{_g(a.get('step_s'))} s steps")
+        steps = summary.get("steps")
+        if steps and a["interval"] and a["step"] + a["interval"] > steps:
+            line += f"; the run ends (step {steps}) before its next checkpoint"
+        out.append(line)
     fin = summary.get("final_checkpoint")
     if fin and fin.get("part"):
         out.append(f"final checkpoint: step {fin['step']} ({fin['part']})")
@@ -330,6 +345,14 @@ def decisions(summary: dict, entry: strategies.Entry) -> list[str]:
         out.append(f"no checkpoint was needed: {entry.name} writes one only when a peer "
                    "fails (--final-checkpoint writes one at the end for a later run)")
     return out
+
+
+def _g(x: float | None) -> str:
+    """A time for a decision line: 3 significant figures (whole seconds from 1000 s on),
+    ``?`` when unknown."""
+    if x is None:
+        return "?"
+    return f"{x:.0f}" if abs(x) >= 1000 else f"{x:.3g}"
 
 
 def final_checkpoint(evs: list[dict]) -> dict | None:

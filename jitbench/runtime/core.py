@@ -649,10 +649,13 @@ class Runtime:
         """Stop the watchdog and give back SIGTERM and the wakeup fd (idempotent).
 
         For scripts and tests that go on after training in the same process;
-        a worker that exits after :meth:`finish` need not call it.
+        a worker that exits after :meth:`finish` need not call it. The events queued
+        for the writer thread are written before it returns, so the caller can read
+        the whole log (:meth:`jitbench.runtime.events.EventLog.flush`).
         """
         self._phase = "done"
         self.watchdog.close()
+        self.events.flush()
 
     # -------------------------------------------------------------- failure
     def fail(self, trigger: str, save: bool = True, notify: bool = False,

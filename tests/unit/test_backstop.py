@@ -49,7 +49,7 @@ def test_backstop_forms(text, backstop, canonical):
     ("jit:backstop=x", "backstop must be an integer >= 1, got 'x'"),
     ("jit:backstop=", "backstop must be an integer >= 1, got ''"),
     ("jit:backstop=2:backstop=3", "option backstop given twice"),
-    ("jit:5", "unknown strategy 'jit:5'"),
+    ("jit:5", "strategy 'jit:5': jit takes no interval (use jit or jit:backstop=N)"),
     ("periodic:5:backstop=2", "periodic takes no options, not 'backstop'"),
     ("jit-inprocess:backstop=2", "jit-inprocess takes no options, not 'backstop'"),
 ])

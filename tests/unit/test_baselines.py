@@ -4,7 +4,6 @@ checkpoints (staged at request, committed by manifest), the JIT hot path."""
 from __future__ import annotations
 
 import math
-import tempfile
 import threading
 from pathlib import Path
 
@@ -208,8 +207,8 @@ def test_async_writer_calls_the_io_hook_and_fails_cleanly(tmp_path, op):
     assert [e["ok"] for e in ends] == [True, False] and "Input/output" in ends[1]["error"]
 
 
-def test_jit_hot_path_snapshot_in_place_equals_a_fresh_one():
-    d = tempfile.mkdtemp()
+def test_jit_hot_path_snapshot_in_place_equals_a_fresh_one(tmp_path):
+    d = str(tmp_path)
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.Dropout(0.5))
     opt = torch.optim.SGD(m.parameters(), lr=0.1)

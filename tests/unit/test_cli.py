@@ -22,7 +22,7 @@ def _cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("args, needle", [
     (["run", "--fault", "meteor"], "unknown fault 'meteor'"),
     (["run", "--strategy", "sometimes"], "unknown strategy 'sometimes'"),
-    (["run", "--strategy", "periodic:0"], "unknown strategy"),
+    (["run", "--strategy", "periodic:0"], "the interval N must be an integer >= 1"),
     (["run", "--fault-rank", "2"], "fault rank 2 is outside the world of 2 ranks"),
     (["run", "--fault-step", "60"], "fault step 60 must be in 1..59"),
     (["run", "--data", "/nonexistent/corpus.txt"], "does not exist"),

@@ -34,11 +34,11 @@ def test_inmem_forms(text, interval, options, canonical):
 
 
 @pytest.mark.parametrize("text, needle", [
-    ("inmem", "unknown strategy 'inmem'"),          # N is required, as periodic-async:N
-    ("inmem:0", "unknown strategy 'inmem:0'"),
+    ("inmem", "strategy 'inmem': inmem needs an interval (inmem:N, N >= 1)"),
+    ("inmem:0", "strategy 'inmem:0': the interval N must be an integer >= 1"),
     ("inmem:x", "unknown strategy 'inmem:x'"),
     ("inmem:-1", "unknown strategy 'inmem:-1'"),
-    ("inmem:auto", "unknown strategy 'inmem:auto'"),
+    ("inmem:auto", "only periodic:auto chooses its interval; use inmem:N (N >= 1)"),
     ("inmem:2:disk=0", "disk must be an integer >= 1, got '0'"),
     ("inmem:2:disk=x", "disk must be an integer >= 1, got 'x'"),
     ("inmem:2:disk=", "disk must be an integer >= 1, got ''"),

@@ -412,3 +412,20 @@ def test_decisions_say_each_resume_skip_fallback_and_missing_checkpoint():
     assert decisions({**plain, "final_checkpoint": skip}, jit) == [
         "final checkpoint of step 4 not written: committed"]
     assert final_checkpoint([{**save, "kind": "periodic", "phase": "end"}]) is None
+
+
+def test_decisions_say_each_interval_periodic_auto_chose():
+    from jitbench.harness.run import decisions
+    from jitbench.runtime.strategies import REGISTRY
+
+    auto = {"attempt": 0, "step": 3, "interval": 60, "cost_s": 0.0412, "step_s": 0.31,
+            "mtbf_s": 1800.0, "young_interval_s": 12.18}
+    s = {"steps": 12, "completed": True, "auto_intervals": [auto, {**auto, "attempt": 1,
+                                                                   "step": 9, "interval": 2}]}
+    assert decisions(s, REGISTRY["periodic"]) == [
+        "periodic:auto chose a checkpoint every 60 steps at step 3 (attempt 0): Young's "
+        "interval 12.2 s for a checkpoint of 0.0412 s and an MTBF of 1800 s, over 0.31 s "
+        "steps; the run ends (step 12) before its next checkpoint",
+        "periodic:auto chose a checkpoint every 2 steps at step 9 (attempt 1): Young's "
+        "interval 12.2 s for a checkpoint of 0.0412 s and an MTBF of 1800 s, over 0.31 s "
+        "steps"]

@@ -255,6 +255,18 @@ def parse(text: str) -> Choice:
                 choice = Choice(entry.name, int(arg))
         if choice is not None:
             return Choice(choice.name, choice.interval, choice.auto, options)
+        if entry.interval == "none" and arg is not None:
+            opts = "".join(f" or {entry.name}:{k}=N" for k, _, _ in entry.options)
+            raise SpecError(f"strategy {text!r}: {entry.name} takes no interval "
+                            f"(use {entry.name}{opts})")
+        if arg == "auto":
+            raise SpecError(f"strategy {text!r}: only periodic:auto chooses its interval; "
+                            f"use {entry.name}:N (N >= 1)")
+        if arg is not None:
+            raise SpecError(f"strategy {text!r}: the interval N must be an integer >= 1")
+        if arg is None:
+            raise SpecError(f"strategy {text!r}: {entry.name} needs an interval "
+                            f"({entry.name}:N, N >= 1)")
     raise SpecError(f"unknown strategy {text!r}; use {usage()} (N >= 1)")
 
 
