@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from jitbench.cli import console
-from jitbench.cli.options import MaxRestarts, Nnodes, Nproc, RdzvEndpoint, option_groups
+from jitbench.cli.options import (
+    MaxRestarts,
+    Nnodes,
+    Nproc,
+    RdzvEndpoint,
+    option_groups,
+    parse_nnodes,
+)
 from jitbench.cli.run import (
     DetectionOptions,
     FaultOptions,
@@ -50,7 +57,7 @@ class ScriptOptions:
              "jit: transparent JIT checkpointing (not built yet for launched scripts).")
     ] = "own"
     nproc: Nproc = 2
-    nnodes: Nnodes = 1
+    nnodes: Nnodes = "1"
     rdzv_endpoint: RdzvEndpoint = None
     max_restarts: MaxRestarts = 3
     steps: Annotated[int | None, typer.Option(
@@ -104,7 +111,8 @@ def build_spec(command: list[str], faults: FaultOptions, job: ScriptOptions,
 
     script, module, args = parse_command(command)
     spec = ScriptSpec(script=script, module=module, args=args, strategy=job.strategy,
-                      nproc=job.nproc, nnodes=job.nnodes, rdzv_endpoint=job.rdzv_endpoint,
+                      nproc=job.nproc, nnodes=parse_nnodes(job.nnodes)[1],
+                      min_nodes=parse_nnodes(job.nnodes)[0], rdzv_endpoint=job.rdzv_endpoint,
                       max_restarts=job.max_restarts, hang_floor_s=detection.hang_floor_s,
                       hang_factor=detection.hang_factor, hang_first_s=detection.hang_first_s,
                       pg_timeout_s=job.pg_timeout_s, first_step_s=job.first_step_s,

@@ -22,7 +22,7 @@ from jitbench.runtime import strategies
 
 __all__ = ["Backend", "BatchSize", "FaultRank", "JsonRows", "JsonSummary", "Mtbf",
            "OverwriteOut", "Strategies", "Strategy", "Workload", "check_sizes", "csv_list",
-           "option_groups", "parse_duration_s"]
+           "option_groups", "parse_duration_s", "parse_nnodes"]
 
 Workload = Annotated[str, typer.Option("--workload", "-w", help="gpt or resnet.")]
 Strategy = Annotated[str, typer.Option(
@@ -37,8 +37,10 @@ Mtbf = Annotated[str | None, typer.Option(
     "--mtbf", help="The job's mean time between failures for periodic:auto: seconds, or with a "
                    "unit (90s, 10m, 2h, 1d). Whole job, not per GPU.")]
 Nproc = Annotated[int, typer.Option("--nproc", help="Ranks per node.")]
-Nnodes = Annotated[int, typer.Option(
-    help="Nodes (each runs this command; needs --rdzv-endpoint and a shared --run-dir).")]
+Nnodes = Annotated[str, typer.Option(
+    help="Nodes: N, or torch elastic's MIN:MAX range (each node runs this command; needs "
+         "--rdzv-endpoint and a shared --run-dir). The job trains at MAX nodes; agents "
+         "beyond MAX wait as torch's standbys.")]
 RdzvEndpoint = Annotated[str | None, typer.Option(
     help="HOST:PORT of the c10d rendezvous for several nodes.")]
 MaxRestarts = Annotated[int, typer.Option(help="Elastic agent's restart budget.")]
@@ -62,6 +64,26 @@ def parse_duration_s(text: str | None) -> float | None:
         raise SpecError(f"--mtbf must be a positive duration in seconds (or with a unit: "
                         f"90s, 10m, 2h, 1d), got {text!r}")
     return float(m[1]) * _UNITS_S[m[2] or "s"]
+
+
+def parse_nnodes(text: str | int) -> tuple[int, int]:
+    """``--nnodes``: ``"2"`` -> ``(2, 2)``, ``"2:3"`` -> ``(2, 3)`` (torch elastic's
+    ``MIN:MAX``, torchrun's own syntax).
+
+    Raises:
+        SpecError: not ``N`` or ``MIN:MAX`` with ``1 <= MIN <= MAX`` (one line).
+    """
+    m = re.fullmatch(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?", str(text))
+    if not m:
+        raise SpecError(f"--nnodes must be N or MIN:MAX (whole numbers, e.g. 2 or 2:3), "
+                        f"got {text!r}")
+    lo = int(m[1])
+    hi = int(m[2]) if m[2] is not None else lo
+    if lo < 1:
+        raise SpecError(f"--nnodes: the minimum must be >= 1, got {text!r}")
+    if lo > hi:
+        raise SpecError(f"--nnodes MIN:MAX needs MIN <= MAX, got {text!r}")
+    return lo, hi
 
 
 def csv_list(text: str) -> list[str]:

@@ -38,6 +38,7 @@ from jitbench.cli.options import (
     check_sizes,
     option_groups,
     parse_duration_s,
+    parse_nnodes,
 )
 from jitbench.errors import ExitStatus, InputError
 from jitbench.runtime import strategies
@@ -199,7 +200,7 @@ class JobOptions:
              "strategy reads jit:backstop=N).")] = None
     nproc: Nproc = 2
     backend: Backend = "gloo"
-    nnodes: Nnodes = 1
+    nnodes: Nnodes = "1"
     rdzv_endpoint: RdzvEndpoint = None
     max_restarts: MaxRestarts = 3
     spares: Annotated[int | None, typer.Option(
@@ -219,7 +220,7 @@ class JobOptions:
     @property
     def world_size(self) -> int:
         """Ranks over all nodes."""
-        return self.nproc * max(1, self.nnodes)
+        return self.nproc * parse_nnodes(self.nnodes)[1]
 
 
 @dataclass
@@ -264,7 +265,8 @@ def build_spec(faults: FaultOptions, training: TrainingOptions, job: JobOptions,
     wl = training.config()
     plan = faults.plan(training.steps, job.world_size, training.seed)
     spec = RunSpec(workload=wl, strategy=strategy, faults=plan, nproc=job.nproc,
-                   nnodes=job.nnodes, backend=job.backend, rdzv_endpoint=job.rdzv_endpoint,
+                   nnodes=parse_nnodes(job.nnodes)[1],
+                   min_nodes=parse_nnodes(job.nnodes)[0], backend=job.backend, rdzv_endpoint=job.rdzv_endpoint,
                    max_restarts=job.max_restarts, spares=job.spares,
                    hang_floor_s=detection.hang_floor_s,
                    hang_factor=detection.hang_factor, hang_first_s=detection.hang_first_s,

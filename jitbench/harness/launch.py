@@ -95,11 +95,12 @@ workers' error files per attempt). Without ``--log-dir`` every agent makes a
 ``torchelastic_*`` directory in the system temp directory and leaves it there."""
 
 
-def torchrun_args(nproc: int, nnodes: int, max_restarts: int, run_dir: Path,
+def torchrun_args(nproc: int, nnodes: int | str, max_restarts: int, run_dir: Path,
                   rdzv_endpoint: str | None = None, rdzv_id: str = "jitbench") -> list[str]:
     """The options of ``torch.distributed.run`` (torchrun) for one node's agent:
     ``--standalone`` (a c10d rendezvous on a port the OS picks) for one node, else
-    the c10d rendezvous at ``rdzv_endpoint`` with the id ``RDZV_ID-RUN_DIR_NAME``;
+    the c10d rendezvous at ``rdzv_endpoint`` with the id ``RDZV_ID-RUN_DIR_NAME`` and
+    ``--nnodes`` as given (``N`` or torch elastic's ``MIN:MAX`` range);
     ``nproc`` workers per node, the restart budget, a 0.1 s monitor interval and the
     agent's log directory inside the run directory (:data:`AGENT_LOGS`)."""
     if rdzv_endpoint:
@@ -118,7 +119,7 @@ def agent_command(spec: RunSpec, run_dir: Path) -> list[str]:
 
     ft = parse(spec.strategy).entry.launcher == "ft_launcher"
     cmd = [sys.executable, "-m", FT_LAUNCHER if ft else "torch.distributed.run"]
-    cmd += torchrun_args(spec.nproc, spec.nnodes, spec.max_restarts, run_dir,
+    cmd += torchrun_args(spec.nproc, spec.nnodes_range, spec.max_restarts, run_dir,
                          spec.rdzv_endpoint, spec.rdzv_id)
     if ft:
         cmd += ft_launcher_args(spec)

@@ -49,6 +49,7 @@ from jitbench.harness.run import (
     write_records,
 )
 from jitbench.harness.run import end_reason as run_end_reason
+from jitbench.harness.spec import nnodes_range
 from jitbench.records import SUMMARY_VERSION
 from jitbench.runtime.config import RuntimeConfig
 
@@ -132,6 +133,9 @@ class ScriptSpec:
     nproc: int = 2
     """Ranks per node (``--nproc-per-node``)."""
     nnodes: int = 1
+    """Nodes (MAX of ``--nnodes MIN:MAX``)."""
+    min_nodes: int | None = None
+    """MIN of ``--nnodes MIN:MAX`` (None: ``nnodes``), passed to torch elastic."""
     rdzv_endpoint: str | None = None
     rdzv_id: str = "jitbench"
     max_restarts: int = 3
@@ -206,6 +210,9 @@ class ScriptSpec:
                 raise SpecError(f"--{name} must be >= 1, got {getattr(self, name)}")
         if self.nnodes > 1 and not self.rdzv_endpoint:
             raise SpecError("several nodes need --rdzv-endpoint HOST:PORT")
+        if self.min_nodes is not None and not 1 <= self.min_nodes <= self.nnodes:
+            raise SpecError(f"--nnodes MIN:MAX needs 1 <= MIN <= MAX, got "
+                            f"{self.min_nodes}:{self.nnodes}")
         if self.max_restarts < 0:
             raise SpecError(f"--max-restarts must be >= 0, got {self.max_restarts}")
         for name in ("hang_floor_s", "hang_factor", "hang_first_s", "pg_timeout_s",
@@ -269,7 +276,8 @@ def agent_command(spec: ScriptSpec, run_dir: Path) -> list[str]:
     import sys
 
     return [sys.executable, "-m", "torch.distributed.run",
-            *torchrun_args(spec.nproc, spec.nnodes, spec.max_restarts, run_dir,
+            *torchrun_args(spec.nproc, nnodes_range(spec.min_nodes, spec.nnodes),
+                           spec.max_restarts, run_dir,
                            spec.rdzv_endpoint, spec.rdzv_id),
             "-m", "jitbench.harness.boot", str(run_dir)]
 

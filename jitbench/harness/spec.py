@@ -49,6 +49,13 @@ def check_nccl(nproc: int) -> None:
                         f"{nproc} devices on this node, it has {n}")
 
 
+def nnodes_range(min_nodes: int | None, nnodes: int) -> str:
+    """torchrun's ``--nnodes`` of a spec: ``"N"`` (``min_nodes`` None or equal), else
+    ``"MIN:MAX"``."""
+    lo = nnodes if min_nodes is None else min_nodes
+    return str(nnodes) if lo == nnodes else f"{lo}:{nnodes}"
+
+
 class Strategy(strategies.Choice):
     """A checkpointing strategy parsed from its CLI form: the registry's
     :class:`~jitbench.runtime.strategies.Choice` (``name``, ``interval``, ``auto``)."""
@@ -77,7 +84,13 @@ class RunSpec:
     nproc: int = 2
     """Ranks per node."""
     nnodes: int = 1
-    """Nodes; each runs ``jitbench run`` with the same spec and ``rdzv_endpoint``."""
+    """Nodes the job trains on (``--nnodes N``, or MAX of ``--nnodes MIN:MAX``); each runs
+    ``jitbench run`` with the same spec and ``rdzv_endpoint``. The world size is
+    ``nproc * nnodes``: checkpoints, data shards and the bitwise oracle depend on it."""
+    min_nodes: int | None = None
+    """MIN of ``--nnodes MIN:MAX`` (None: ``nnodes``), passed to torch elastic as its node
+    range. A round torch forms with fewer than ``nnodes`` nodes is refused by the workers
+    (the world size is fixed); agents beyond ``nnodes`` wait as torch's standbys."""
     rdzv_endpoint: str | None = None
     """``host:port`` of the c10d rendezvous for several nodes (None: standalone, a port
     the OS picks)."""
@@ -136,6 +149,11 @@ class RunSpec:
     @property
     def world_size(self) -> int:
         return self.nproc * self.nnodes
+
+    @property
+    def nnodes_range(self) -> str:
+        """``--nnodes`` as torchrun takes it: ``N``, or ``MIN:MAX``."""
+        return nnodes_range(self.min_nodes, self.nnodes)
 
     def fingerprint(self) -> str:
         """Identity of the training this spec performs (16 hex digits of a SHA-256).
@@ -206,6 +224,9 @@ class RunSpec:
             raise SpecError(f"--nproc must be >= 1, got {self.nproc}")
         if self.nnodes < 1:
             raise SpecError(f"--nnodes must be >= 1, got {self.nnodes}")
+        if self.min_nodes is not None and not 1 <= self.min_nodes <= self.nnodes:
+            raise SpecError(f"--nnodes MIN:MAX needs 1 <= MIN <= MAX, got "
+                            f"{self.min_nodes}:{self.nnodes}")
         if self.spares is not None:
             if st.entry.launcher != "replicas" and self.spares:
                 raise SpecError(f"--spares applies to strategies that replace a failed rank "
@@ -269,7 +290,7 @@ class RunSpec:
         own = Strategy.parse(self.strategy).entry.launcher == "torchft"
         d["trainer"] = "torchft" if own else None
         for k in ("faults", "strategy", "mtbf_s", "max_restarts", "segments", "rdzv_endpoint",
-                  "rdzv_id", "ckpt_dir", "spares"):
+                  "rdzv_id", "ckpt_dir", "spares", "min_nodes"):
             d.pop(k, None)
         return json.dumps(d, sort_keys=True)
 

@@ -22,7 +22,8 @@ loss scale, with fp16). Injection points: ``step`` (start of a step),
 
 Exit statuses besides the runtime's 75/76: :data:`EXIT_BAD_CHECKPOINT` (77,
 the checkpoint directory is another job's or a part does not fit) and
-:data:`EXIT_BAD_INPUT` (78, the data or a workload option is unusable); the
+:data:`EXIT_BAD_INPUT` (78, the data or a workload option is unusable, or torch
+elastic formed a world of another size than the spec's); the
 reason is in an ``error`` event.
 """
 
@@ -57,7 +58,7 @@ from jitbench.workloads import DataError, build_workload
 EXIT_BAD_CHECKPOINT = 77
 """The checkpoint directory belongs to another job, or a checkpoint does not fit."""
 EXIT_BAD_INPUT = 78
-"""The workload's data or options are unusable."""
+"""The workload's data or options are unusable, or the world is not the spec's size."""
 
 
 def _give_up(events: EventLog, code: int, where: str, exc: BaseException) -> int:
@@ -195,6 +196,11 @@ def main(argv: list[str]) -> int:
     events = EventLog(events_path(run_dir / "events", attempt, rank), rank, attempt)
     events.emit("process", "point", world_size=world, master_port=os.environ.get("MASTER_PORT"),
                 ppid=os.getppid(), durable=True)
+    if world != spec.world_size:  # a round of --nnodes MIN:MAX with fewer than MAX nodes
+        _give_up(events, EXIT_BAD_INPUT, "rendezvous", ValueError(
+            f"torch elastic formed a world of {world} ranks; this job trains at "
+            f"{spec.world_size} ({spec.nproc} per node x {spec.nnodes} nodes: the world size "
+            f"is fixed, its checkpoints and the bitwise oracle depend on it)"))
     rt = Runtime(spec.runtime_config(spec.ckpt_dir or str(run_dir / "ckpt")), events, rank, world)
 
     events.emit("init", "begin")
