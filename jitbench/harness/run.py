@@ -530,25 +530,40 @@ _AGENT_ERROR = re.compile(r"\b(Rendezvous\w*(?:Error|Timeout)\w*|DistNetworkErro
 
 
 def agent_error(log_path: Path | None) -> str | None:
-    """The elastic agent's own error from its log, one line, or None: the last line
+    """The elastic agents' own error from their log, one line, or None: the last line
     naming a rendezvous or store error (``RendezvousTimeoutError``,
     ``RendezvousClosedError``, ``DistNetworkError``, ...), as ``rendezvous failed:
-    NAME: message`` (``NAME: message`` for a store error), at most 300 characters."""
+    NAME: message`` (``NAME: message`` for a store error not on a rendezvous key), at
+    most 300 characters.
+
+    The nodes of a multi-node job append to one log. A ``RendezvousClosedError`` is
+    what the other agents meet once one agent has failed and shut the rendezvous, so
+    any other error in the log is named before it (the root cause: with torch 2.14.1
+    a standby that joins a later round waits 60 s for a store key and fails with
+    ``DistStoreError``, then its peers close the rendezvous)."""
     if log_path is None:
         return None
     try:
         text = Path(log_path).read_text(errors="replace")
     except OSError:
         return None
-    found = None
+    found = closed = None
     for line in text.splitlines():
         m = _AGENT_ERROR.search(line)
-        if m:
+        if m is None:
+            continue
+        if m.group(1) == "RendezvousClosedError":
+            closed = m
+        else:
             found = m
+    found = found or closed
     if found is None:
         return None
     name, msg = found.group(1), found.group(2).strip()
-    head = "rendezvous failed: " if name.startswith("Rendezvous") else ""
+    rdzv = name.startswith("Rendezvous") or "torch.rendezvous." in msg
+    if name == "RendezvousClosedError" and not msg:
+        msg = "another agent closed it (it failed or the job ended)"
+    head = "rendezvous failed: " if rdzv else ""
     return (f"{head}{name}" + (f": {msg}" if msg else ""))[:300]
 
 
