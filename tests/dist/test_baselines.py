@@ -192,3 +192,23 @@ def test_overhead_of_jit_inprocess_runs_one_launch_per_strategy_and_repeat(tmp_p
     assert spec["strategy"] == "jit-inprocess" and spec["faults"] == []
     ip = s[s.strategy == "jit-inprocess"].iloc[0]
     assert ip["rt_us"] > s[s.strategy == "none"].iloc[0]["rt_us"]  # it snapshots each step
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("peer, module", [("torchft", "torchft"),
+                                          ("nvrx", "nvidia_resiliency_ext")])
+def test_overhead_of_a_peer_runs_in_launch_mode(tmp_path, peer, module):
+    """Issue 11: a peer's steady-state overhead, measured as every strategy is: one
+    launch per strategy and repeat under the peer's own launcher (torchft's Lighthouse,
+    NVRx's ft_launcher), beside none and the A/A control, with intervals."""
+    pytest.importorskip(module, reason=f"the peers extra is not installed ({module})")
+    p = _cli("overhead", "--size", "tiny", "--batch-size", "2", "--strategies", peer,
+             "--segment-steps", "5", "--repeats", "1", "--warmup-steps", "2",
+             "--out", str(tmp_path / "oh"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    s = pd.read_csv(tmp_path / "oh" / "overhead.csv")
+    label = "nvrx:5" if peer == "nvrx" else peer
+    assert list(s["strategy"]) == ["none", label, "none-aa"]
+    row = s[s.strategy == label].iloc[0]
+    assert (s["mode"] == "launches").all() and row["step_s"] > 0
+    assert row["overhead_pct_lo"] <= row["overhead_pct"] <= row["overhead_pct_hi"]
