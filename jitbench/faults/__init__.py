@@ -5,7 +5,8 @@ what the other ranks see: :mod:`~jitbench.faults.process` (kill, term,
 segfault, exception, exit), :mod:`~jitbench.faults.collective` (nccl-hang,
 nccl-timeout, desync, slow), :mod:`~jitbench.faults.gpu` (xid, over the probes
 of :mod:`~jitbench.faults.xid`), :mod:`~jitbench.faults.storage` (enospc, eio,
-torn-write, corrupt). :mod:`~jitbench.faults.schedule` turns schedules (at a
+torn-write, corrupt), :mod:`~jitbench.faults.numeric` (amp-backoff, a
+perturbation the reference run keeps). :mod:`~jitbench.faults.schedule` turns schedules (at a
 step, at a time, every N steps, Poisson arrivals, TOML scenario files) into
 concrete :class:`FaultSpec` lists. :data:`FAULTS` maps the CLI name to the class.
 
@@ -24,6 +25,7 @@ from jitbench.faults.collective import (
     TimeoutCollective,
 )
 from jitbench.faults.gpu import SimulateXid
+from jitbench.faults.numeric import ForceAmpBackoff
 from jitbench.faults.process import (
     ExitProcess,
     KillProcess,
@@ -37,7 +39,8 @@ FAULTS: dict[str, type[Fault]] = {c.name: c for c in (
     KillProcess, TerminateProcess, SegfaultProcess, RaiseException, ExitProcess,
     HangCollective, TimeoutCollective, DesyncCollective, SlowRank,
     SimulateXid,
-    FillFilesystem, FailStorageIo, TearWrite, CorruptCheckpoint)}
+    FillFilesystem, FailStorageIo, TearWrite, CorruptCheckpoint,
+    ForceAmpBackoff)}
 
 __all__ = ["FAULTS", "Fault", "FaultSpec", "Injector", "Param", "catalog", "make_fault"]
 
@@ -62,13 +65,13 @@ def catalog() -> list[dict]:
     """Every fault kind as plain data (``jitbench faults``), ordered by family then name.
 
     Each row: ``name``, ``family``, ``point`` (where it fires), ``recoverable``,
-    ``fails_job``, ``summary`` and ``params`` (name -> type, default, doc).
+    ``fails_job``, ``in_reference``, ``summary`` and ``params`` (name -> type, default, doc).
     """
     from jitbench.faults.base import FAMILIES
 
     order = sorted(FAULTS.items(), key=lambda kv: (FAMILIES.index(kv[1].family), kv[0]))
     return [{"name": n, "family": c.family, "point": c.point, "recoverable": c.recoverable,
-             "fails_job": c.fails_job, "summary": c.summary,
+             "fails_job": c.fails_job, "in_reference": c.in_reference, "summary": c.summary,
              "params": {k: {"type": p.type.__name__, "default": p.default, "doc": p.doc}
                         for k, p in c.all_params().items()}}
             for n, c in order]

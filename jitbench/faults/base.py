@@ -50,7 +50,7 @@ from typing import Any, ClassVar
 from jitbench.runtime.events import EventLog
 
 POINTS = ("step", "collective", "optimizer", "write", "restore")
-FAMILIES = ("process", "collective", "gpu", "storage")
+FAMILIES = ("process", "collective", "gpu", "storage", "numeric")
 
 
 @dataclass
@@ -166,7 +166,7 @@ class Fault(abc.ABC):
 
     name: ClassVar[str]
     family: ClassVar[str]
-    """``process``, ``collective``, ``gpu`` or ``storage``."""
+    """``process``, ``collective``, ``gpu``, ``storage`` or ``numeric``."""
     point: ClassVar[str]
     """Default injection point (see the module docstring)."""
     movable: ClassVar[bool] = True
@@ -180,6 +180,11 @@ class Fault(abc.ABC):
     """JIT checkpointing recovers from it with at most one minibatch replayed."""
     fails_job: ClassVar[bool] = True
     """The fault makes the job fail (starts a failure episode in the metrics)."""
+    in_reference: ClassVar[bool] = False
+    """A perturbation of the training, not an interruption (``amp-backoff``): the
+    fault-free reference run keeps it (:meth:`jitbench.harness.spec.RunSpec.without_faults`)
+    and it acts at every execution of exactly its step (in every attempt, a replay of
+    the step included), its ``fault`` event written once per run, at the first."""
     params: ClassVar[dict[str, Param]] = {}
     """Kind-specific parameters."""
 
@@ -347,7 +352,10 @@ class Injector:
                     self._repeated[key] = step
                     f.repeat(self._ctx(point, step, ctx))
         for i, f in enumerate(self.faults):
-            if i in self._done or f.point != point or step < f.spec.step:
+            if f.in_reference and f.point == point and step == f.spec.step:
+                self._perturb(f, point, step, ctx)
+                continue
+            if f.in_reference or i in self._done or f.point != point or step < f.spec.step:
                 continue
             if f.spec.time_s is not None:
                 el = self.elapsed_s()
@@ -370,6 +378,23 @@ class Injector:
             if f.window_steps() > 1:
                 self._active.append((f, step))
             f.fire(full)
+
+    def _perturb(self, f: Fault, point: str, step: int, ctx: dict) -> None:
+        """Act for an :attr:`~Fault.in_reference` fault at an execution of its step;
+        the marker and the ``fault`` event only the first time in the run."""
+        full = self._ctx(point, step, ctx)
+        with self._lock:
+            first = not self.has_fired(f)
+            if first:
+                fd = os.open(self._marker(f), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                os.fsync(fd)
+                os.close(fd)
+        if first:
+            self.events.emit("fault", kind=f.name, fault_id=f.spec.id, step=step, point=point,
+                             scheduled_step=f.spec.step, time_s=None,
+                             elapsed_s=self.elapsed_s(), fails_job=f.fails(), params=f.p,
+                             durable=True, **f.event_fields(full))
+        f.fire(full)
 
     def _ctx(self, point: str, step: int, ctx: dict) -> dict:
         return {**self.context, "step": step, "rank": self.rank, "attempt": self.attempt,

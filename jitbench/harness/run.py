@@ -616,7 +616,8 @@ def run(spec: RunSpec, run_dir: Path, reference: bool = True, overwrite: bool = 
             ref_spec = RunSpec.load(reference_from / "spec.json")
         except (OSError, ValueError, TypeError) as exc:
             raise SpecError(f"{reference_from}: not a run directory ({exc})") from exc
-        if ref_spec.faults or ref_spec.training_key() != spec.training_key():
+        if (len(ref_spec.faults) != len(ref_spec.reference_faults())
+                or ref_spec.training_key() != spec.training_key()):
             raise SpecError(f"{reference_from} is not a fault-free run of this spec "
                             "(strategies may differ; training settings may not)")
         ref_dir = reference_from

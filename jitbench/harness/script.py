@@ -110,6 +110,9 @@ def unsupported_fault(f: FaultSpec) -> str | None:
     if cls.family == "storage":
         return (f"{f.kind} is a storage fault: it hits jitbench's own checkpoint writes and "
                 "reads, and a launched script writes its checkpoints with its own code")
+    if cls.in_reference:
+        return (f"{f.kind} perturbs jitbench's own training (its fp16 GradScaler), and a "
+                "launched script trains with its own code")
     at = f.params.get("at")
     if at in UNSUPPORTED_POINTS:
         return f"injection point {at} is {UNSUPPORTED_POINTS[at]} (use step, micro:M, " \

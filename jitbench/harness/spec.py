@@ -281,23 +281,36 @@ class RunSpec:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
     def training_key(self) -> str:
-        """The spec without faults and checkpointing settings, as JSON: two specs with
-        the same key train bitwise identically when fault-free (checkpointing only
-        reads the state), so they can share one reference run."""
+        """The spec without faults (but its :meth:`reference_faults`) and checkpointing
+        settings, as JSON: two specs with the same key train bitwise identically when
+        fault-free (checkpointing only reads the state), so they can share one
+        reference run."""
         d = asdict(self)
         # torchft trains with its own reduction and optimizer wrapper: its fault-free run
         # is its own reference, not another strategy's
         own = Strategy.parse(self.strategy).entry.launcher == "torchft"
         d["trainer"] = "torchft" if own else None
-        for k in ("faults", "strategy", "mtbf_s", "max_restarts", "segments", "rdzv_endpoint",
+        # perturbations the reference keeps (amp-backoff) are part of the training
+        d["faults"] = [asdict(f) for f in self.reference_faults()]
+        if not d["faults"]:
+            del d["faults"]  # the key of a spec without perturbations, as before
+        for k in ("strategy", "mtbf_s", "max_restarts", "segments", "rdzv_endpoint",
                   "rdzv_id", "ckpt_dir", "spares", "min_nodes"):
             d.pop(k, None)
         return json.dumps(d, sort_keys=True)
 
+    def reference_faults(self) -> list[FaultSpec]:
+        """The planned faults the fault-free reference keeps: perturbations of the
+        training itself (:attr:`jitbench.faults.base.Fault.in_reference`, ``amp-backoff``)."""
+        from jitbench.faults import FAULTS
+
+        return [f for f in self.faults if f.kind in FAULTS and FAULTS[f.kind].in_reference]
+
     def without_faults(self) -> RunSpec:
-        """The same spec, fault-free (the reference run; no hot spares: nothing fails)."""
+        """The same spec, fault-free (the reference run; no hot spares: nothing fails).
+        It keeps :meth:`reference_faults`, which are part of the training."""
         d = asdict(self)
-        d["faults"] = []
+        d["faults"] = [asdict(f) for f in self.reference_faults()]
         d["ckpt_dir"] = None
         if self.hot_spares:
             d["spares"] = 0

@@ -14,8 +14,12 @@ Per step the worker records in the step's end event: ``loss``, ``lr``,
 ``sample_ids`` (this rank's dataset indices in order), ``micro`` (the global
 micro-batch indices ``(step - 1) * grad_accum + m`` accumulated into this
 optimizer step), ``rng`` (:func:`~jitbench.runtime.rng.rng_digest` at the
-start of the step, after any deferred RNG restore) and ``scale`` (the AMP
-loss scale, with fp16). Injection points: ``step`` (start of a step),
+start of the step, after any deferred RNG restore) and, with fp16, ``scale``
+(the GradScaler's loss scale after its update), ``growth_tracker`` (its count
+of consecutive finite steps, int) and ``skipped`` (the scaler skipped the
+optimizer step: a non-finite gradient made ``update`` back the scale off; the
+scheduler steps anyway). The collective point's context carries ``grads``,
+the step's first gradient bucket (numerics faults write into it). Injection points: ``step`` (start of a step),
 ``micro:<m>`` (before micro-batch ``m`` of the accumulation window),
 ``collective`` (the first gradient collective of a step) and ``optimizer``
 (after the gradients are reduced, before the optimizer step).
@@ -128,7 +132,8 @@ class _Job:
             step = injector.step
             if first_bucket["step"] != step:  # first bucket of this step's all-reduce
                 first_bucket["step"] = step
-                injector.at("collective", step, numel=bucket.buffer().numel(), op=op)
+                injector.at("collective", step, numel=bucket.buffer().numel(), op=op,
+                            grads=bucket.buffer())
                 rt.mark_collective(step)
             return hook(state, bucket, timeout_s=faults.collective_timeouts.get(step))
 
@@ -169,9 +174,16 @@ class _Job:
             reduce.broadcast_buffers(wl.model)  # state
         injector.at("optimizer", step)
         if scaler is not None:
+            before = scaler.get_scale() if scaler.is_enabled() else None
             scaler.step(wl.optimizer)  # skipped (no optimizer step) if a gradient overflowed
             scaler.update()
-            info["scale"] = scaler.get_scale() if scaler.is_enabled() else None
+            if scaler.is_enabled():
+                info["scale"] = scaler.get_scale()
+                info["growth_tracker"] = int(scaler.state_dict()["_growth_tracker"])
+                # update() backs the scale off exactly when the step was skipped
+                info["skipped"] = info["scale"] < before
+            else:
+                info["scale"] = None
         else:
             wl.optimizer.step()
         wl.optimizer.zero_grad(set_to_none=True)

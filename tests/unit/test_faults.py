@@ -31,7 +31,8 @@ from jitbench.runtime.notice import PeerNotices
 from jitbench.workloads import WorkloadConfig
 
 ISSUE_KINDS = {"kill", "term", "segfault", "exception", "exit", "nccl-hang", "nccl-timeout",
-               "desync", "slow", "xid", "enospc", "eio", "torn-write", "corrupt"}
+               "desync", "slow", "xid", "enospc", "eio", "torn-write", "corrupt",
+               "amp-backoff"}
 
 
 def test_registry_has_every_fault_with_docs():
@@ -413,3 +414,42 @@ def test_gpu_health_logs_non_fatal_and_fails_on_fatal(tmp_path):
     assert probe_ev[0]["source"] == "simulated"
     gloo = rank_probe([], 0, 0, "gloo")
     assert gloo.source == "simulated" and "gloo" in gloo.reason
+
+
+def test_amp_backoff_acts_at_every_execution_of_its_step_event_once(tmp_path):
+    """A perturbation the reference keeps: it acts whenever step k runs (a replay
+    in a restarted attempt included), never at another step, and its ``fault``
+    event and marker are written once per run."""
+    spec = FaultSpec("amp-backoff", 1, 3)
+    for attempt in (0, 1):
+        ev = EventLog(tmp_path / "ev" / f"attempt{attempt:03d}_rank00001.jsonl", 1, attempt)
+        inj = Injector([make_fault(spec)], 1, attempt, tmp_path / "fired", ev)
+        for step in (2, 3, 4):
+            g = torch.zeros(5)
+            inj.at("step", step)
+            inj.at("collective", step, grads=g)
+            assert torch.isinf(g[0]).item() == (step == 3) and not torch.isinf(g[1:]).any()
+        ev.close()
+    evs = [e for e in read_events(tmp_path / "ev") if e["event"] == "fault"]
+    assert len(evs) == 1 and evs[0]["fails_job"] is False and evs[0]["step"] == 3
+
+
+def test_amp_backoff_is_refused_without_fp16_and_kept_by_the_reference():
+    extra = {"max_bytes": 2000, "amp": "fp16"}
+    f = FaultSpec("amp-backoff", 1, 2)
+    for amp in ("off", "bf16"):
+        spec = RunSpec(workload=WorkloadConfig(name="gpt", size="tiny", steps=4,
+                                               extra={**extra, "amp": amp}), faults=[f])
+        with pytest.raises(SpecError, match=f"needs --amp fp16.*amp {amp}$"):
+            spec.validate()
+    spec = RunSpec(workload=WorkloadConfig(name="gpt", size="tiny", steps=4, extra=extra),
+                   faults=[f, FaultSpec("kill", 0, 3)])
+    spec.validate()
+    ref = spec.without_faults()
+    assert [x.kind for x in ref.faults] == ["amp-backoff"]
+    assert ref.training_key() == spec.training_key()
+    plain = RunSpec(workload=spec.workload)
+    assert plain.training_key() != spec.training_key()  # a backoff changes the training
+    with pytest.raises(SpecError, match="step trigger"):
+        RunSpec(workload=spec.workload,
+                faults=[FaultSpec("amp-backoff", 1, 2, time_s=1.0)]).validate()

@@ -195,6 +195,8 @@ def test_every_fault_kind_plans_and_validates_with_defaults(kind):
     plan = plan_from_options(kind, 0, 3, 10, 2, 0)
     spec = RunSpec(faults=plan, strategy="periodic:3")
     spec.workload.steps = 10
+    if kind == "amp-backoff":  # a GradScaler to back off
+        spec.workload.name, spec.workload.extra = "gpt", {"amp": "fp16"}
     spec.validate()
     assert [(f.kind, f.rank, f.step) for f in plan] == [(kind, 0, 3)]
 
