@@ -73,6 +73,7 @@ from typing import Any
 from jitbench.errors import ScheduleError
 from jitbench.faults import FAULTS
 from jitbench.faults.base import FaultSpec, check_value
+from jitbench.faults.matrix import reach
 
 TOP_KEYS = ("description", "fault", "poisson")
 FAULT_KEYS = ("kind", "rank", "step", "time_s", "every_steps", "count", "every_attempt", "id")
@@ -342,8 +343,9 @@ def check_fault(f: FaultSpec, world_size: int, steps: int, grad_accum: int | Non
     """Every check of one planned fault against a run: a known kind, a rank in the
     world, a step inside the run, an injection point the fault may move to
     (``micro:M`` with ``M < grad_accum``), valid parameters, a time trigger
-    >= 0, and the fault's own fit to the run (:meth:`Fault.check_run`, with
-    ``run`` the RunSpec; skipped when None).
+    >= 0, and the fault's fit to the run (:func:`jitbench.faults.matrix.reach`:
+    its own :meth:`Fault.check_run`, the strategy's unsupported kinds, checkpoints
+    to write or restore; ``run`` the RunSpec; skipped when None).
 
     Raises:
         ScheduleError: the first problem, one line (``fault <id>: ...`` for the
@@ -366,7 +368,7 @@ def check_fault(f: FaultSpec, world_size: int, steps: int, grad_accum: int | Non
         raise ScheduleError(f"fault {f.id}: {exc}") from None
     if f.time_s is not None and not f.time_s >= 0:
         raise ScheduleError(f"fault {f.id}: time_s must be >= 0, got {f.time_s}")
-    why = cls.check_run(f, run) if run is not None else None
+    why = reach(f, run) if run is not None else None
     if why:
         raise ScheduleError(f"fault {f.id}: {why}")
 

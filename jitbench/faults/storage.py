@@ -104,53 +104,6 @@ def dir_usage_bytes(d: Path) -> int:
     return total
 
 
-def _needs_checkpoints(cls: type[Fault], run: Any, spec: FaultSpec | None = None) -> str | None:
-    """Why this storage fault could never fire in ``run`` (None: it can).
-
-    Who writes is the strategy's (:attr:`jitbench.runtime.strategies.Choice.writers`).
-    ``none`` writes no checkpoints; under the periodic strategies rank 0 alone
-    writes, so a write fault must target it. ``jit`` (and ``jit-inprocess``, whose
-    backstop follows a recovery) writes one only when a peer fails,
-    so a write fault needs another failing fault at or after its step, and
-    ``corrupt`` (which damages the newest committed checkpoint) one before its
-    step; a time-triggered failing fault is given the benefit of the doubt.
-    ``jit:backstop=N`` does both: rank 0 writes every N steps (a write fault on
-    rank 0 and ``corrupt`` can always fire), the other ranks only when a peer fails.
-    Without this check the fault never fires and the run reports a fault-free
-    recovery.
-    """
-    from jitbench.runtime.strategies import parse
-
-    writers = parse(run.strategy).writers
-    if not writers:
-        return f"{cls.name}: strategy {run.strategy} writes no checkpoints; use jit or periodic:N"
-    if spec is None:
-        return None
-    if "rank0" in writers:
-        if cls.point != "write" or spec.rank == 0:  # rank 0's schedule reaches it
-            return None
-        if "on_failure" not in writers:  # periodic: rank 0 alone writes
-            return (f"{cls.name}: under {run.strategy} only rank 0 writes checkpoints, so a "
-                    f"write fault on rank {spec.rank} never fires; use --fault-rank 0")
-    from jitbench.faults import FAULTS
-
-    before = cls.point == "step"  # corrupt: a checkpoint must exist by step k
-    for f in run.faults:
-        other = FAULTS.get(f.kind)
-        if f is spec or other is None or other.family == "storage" or not other.fails_job:
-            continue
-        if f.time_s is not None or (f.step < spec.step if before else f.step >= spec.step):
-            return None
-    where = "before" if before else "at or after"
-    if "rank0" in writers:  # jit:backstop=N, a write fault on another rank
-        return (f"{cls.name}: under {run.strategy} rank {spec.rank} writes a checkpoint only "
-                f"when a peer fails (the backstop is rank 0's), and no failing fault comes "
-                f"{where} step {spec.step}; add one (--scenario) or use --fault-rank 0")
-    return (f"{cls.name}: under {run.strategy} a checkpoint is written only when a peer "
-            f"fails, and no failing fault comes {where} step {spec.step}; add one "
-            f"(--scenario) or use periodic:N")
-
-
 def is_data_write(path: Path) -> bool:
     """Whether an I/O hook call's ``path`` is checkpoint *data* (not a manifest): a
     replicated part's ``.pt`` file (or its ``.tmp``), or a DCP directory of
@@ -178,10 +131,6 @@ class FillFilesystem(Fault):
     def __init__(self, spec: FaultSpec) -> None:
         super().__init__(spec)
         self.capacity_bytes: int | None = None
-
-    @classmethod
-    def check_run(cls, spec: FaultSpec, run: Any) -> str | None:
-        return _needs_checkpoints(cls, run, spec)
 
     def due(self, ctx: dict[str, Any]) -> bool:
         if ctx.get("op") != "write":
@@ -219,10 +168,6 @@ class FailStorageIo(Fault):
                          "(op write)", low=0.0, high=1.0, high_open=True),
     }
 
-    @classmethod
-    def check_run(cls, spec: FaultSpec, run: Any) -> str | None:
-        return _needs_checkpoints(cls, run, spec)
-
     def due(self, ctx: dict[str, Any]) -> bool:
         if ctx.get("op") != self.p["op"] or not is_data_write(ctx["path"]):
             return False  # the data, not the manifest
@@ -257,10 +202,6 @@ class TearWrite(Fault):
         self._n_ops: int | None = None
         self._index = -1
         self._target = -1
-
-    @classmethod
-    def check_run(cls, spec: FaultSpec, run: Any) -> str | None:
-        return _needs_checkpoints(cls, run, spec)
 
     @staticmethod
     def commit_ops(total_bytes: int) -> int:
@@ -310,10 +251,6 @@ class CorruptCheckpoint(Fault):
     def __init__(self, spec: FaultSpec) -> None:
         super().__init__(spec)
         self._targets: list[ckpt.Part] = []
-
-    @classmethod
-    def check_run(cls, spec: FaultSpec, run: Any) -> str | None:
-        return _needs_checkpoints(cls, run, spec)
 
     def event_fields(self, ctx: dict[str, Any]) -> dict:
         from jitbench.runtime.checkpoint import list_parts  # torch: only when it fires

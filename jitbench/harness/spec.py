@@ -16,6 +16,7 @@ from pathlib import Path
 from jitbench import hang
 from jitbench.errors import ScheduleError, SpecError
 from jitbench.faults import FaultSpec
+from jitbench.faults.matrix import unsupported
 from jitbench.faults.schedule import check_plan
 from jitbench.runtime import strategies
 from jitbench.runtime.config import RuntimeConfig
@@ -191,11 +192,11 @@ class RunSpec:
                             f"{', '.join(WORKLOADS)}")
         st = Strategy.parse(self.strategy)
         strategies.check_available(st.name)
-        why = dict(st.entry.unsupported_faults)
-        for f in self.faults:
-            if f.kind in why:
+        for f in self.faults:  # the matrix's table (jitbench.faults.matrix), named first
+            why = unsupported(f.kind, self.strategy)
+            if why:
                 raise SpecError(f"fault {f.kind} cannot be expressed under strategy {st.name}: "
-                                f"{why[f.kind]}")
+                                f"{why}")
         if st.entry.launcher == "torchft":
             if self.backend != "gloo":
                 raise SpecError("strategy torchft runs torchft's ProcessGroupGloo on CPU here; "

@@ -200,6 +200,7 @@ def main(argv: list[str]) -> int:
         if error is None and manager.errored() is not None:
             error = str(manager.errored().original_exception)[:300]
         replicas = manager.num_participants()
+        injector.at("optimizer", step)  # after the gradient collective, before the update
         optimizer.step()  # should_commit: the optimizer steps only if every replica agrees
         committed = manager.current_step() == step
         progress["in_step_since"] = None
