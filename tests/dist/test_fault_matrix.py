@@ -23,12 +23,19 @@ from tests.unit.test_fault_matrix import heavy_plan
 pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.heavy,
               pytest.mark.timeout(240)]
 
-CELLS = [(k, a, s) for k, a, s in cells(list(CHEAP_STRATEGIES))
-         if heavy_plan(k, a, s) is not None]
+KNOWN = {("enospc", "write", "periodic-async:3"):
+         "accepted but never fires: the async commit calls the I/O hook per DCP file only "
+         "after DCP wrote them all, so the emulated capacity (usage at the first hooked "
+         "write + room_ckpts x that file) is never exceeded (to fix, or refuse up front)"}
+"""Accepted cells that do not fire yet (strict xfail: a fix makes the test fail)."""
+
+CELLS = [pytest.param(k, a, s, id=f"{k}-{a}-{s}",
+                      marks=[pytest.mark.xfail(strict=True, reason=KNOWN[k, a, s])]
+                      if (k, a, s) in KNOWN else [])
+         for k, a, s in cells(list(CHEAP_STRATEGIES)) if heavy_plan(k, a, s) is not None]
 
 
-@pytest.mark.parametrize("kind, at, strategy", CELLS,
-                         ids=[f"{k}-{a}-{s}" for k, a, s in CELLS])
+@pytest.mark.parametrize("kind, at, strategy", CELLS)
 def test_accepted_cell_fires(kind, at, strategy, tmp_path):
     spec = heavy_plan(kind, at, strategy)
     spec.max_restarts = 4
