@@ -136,11 +136,16 @@ class FillFilesystem(Fault):
         if ctx.get("op") != "write":
             return False
         path: Path = ctx["path"]
-        try:
-            in_tmp = path.stat().st_size
-        except OSError:
-            in_tmp = 0
-        used = dir_usage_bytes(path.parent) - in_tmp + ctx["done"]
+        if path.parent.name.endswith(".tmp"):
+            # a file of a directory part being committed (periodic-async's DCP part):
+            # ``done`` counts the part's bytes so far, the rest is the checkpoint dir's
+            used = dir_usage_bytes(path.parent.parent) + ctx["done"]
+        else:
+            try:
+                in_tmp = path.stat().st_size
+            except OSError:
+                in_tmp = 0
+            used = dir_usage_bytes(path.parent) - in_tmp + ctx["done"]
         if self.capacity_bytes is None:
             self.capacity_bytes = used + int(self.p["room_ckpts"] * ctx["total"])
         chunk = min(ckpt.CHUNK_BYTES, max(0, ctx["total"] - ctx["done"]))

@@ -37,7 +37,7 @@ def _spec(strategy: str):
                       extra={"max_bytes": 2000, "amp": "fp16", "amp_growth_interval": 2})
 
 
-@pytest.mark.parametrize("strategy", ["jit", "none"])
+@pytest.mark.parametrize("strategy", ["jit", pytest.param("none", marks=pytest.mark.heavy)])
 def test_resume_after_backoff_equals_the_reference(strategy, tmp_path, shared_reference):
     spec = _spec(strategy)
     ref = shared_reference(spec)

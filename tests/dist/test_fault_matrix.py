@@ -23,10 +23,7 @@ from tests.unit.test_fault_matrix import heavy_plan
 pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.heavy,
               pytest.mark.timeout(240)]
 
-KNOWN = {("enospc", "write", "periodic-async:3"):
-         "accepted but never fires: the async commit calls the I/O hook per DCP file only "
-         "after DCP wrote them all, so the emulated capacity (usage at the first hooked "
-         "write + room_ckpts x that file) is never exceeded (to fix, or refuse up front)"}
+KNOWN: dict[tuple[str, str, str], str] = {}
 """Accepted cells that do not fire yet (strict xfail: a fix makes the test fail)."""
 
 CELLS = [pytest.param(k, a, s, id=f"{k}-{a}-{s}",
