@@ -132,3 +132,21 @@ def test_a_strategy_can_supply_the_restored_state(tmp_path, monkeypatch):
     [end] = [e for e in read_events(tmp_path / "ev")
              if e["event"] == "restore" and e["phase"] == "end"]
     assert (end["step"], end["kind"], end["source"]) == (2, "inmem", "peer 1")
+
+
+@pytest.mark.parametrize("name", list(strategies.REGISTRY))
+def test_every_registered_strategy_builds_from_its_config(name, tmp_path):
+    """Each registered class constructs from a RuntimeConfig of its own name with its
+    option defaults (a subclass attribute colliding with a parent's property, say,
+    breaks every run of that strategy at start-up)."""
+    import importlib.util
+
+    entry = strategies.REGISTRY[name]
+    missing = [m for m in entry.requires if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"the {entry.extra} extra is not installed ({', '.join(missing)})")
+    cls = strategies.load(name)
+    interval = entry.default_interval or (0 if entry.interval in ("none", "optional") else 3)
+    st = cls(RuntimeConfig(strategy=name, interval=interval, ckpt_dir=str(tmp_path),
+                           options=entry.default_options()))
+    assert st.name == name or name.startswith(st.name)

@@ -249,7 +249,7 @@ class JitInProcess(InProcessRecovery, JustInTime):
 
     def __init__(self, config) -> None:
         super().__init__(config)
-        self.backstop: threading.Thread | None = None
+        self.backstop_writer: threading.Thread | None = None
 
     def leave_job(self, rt: Runtime, trigger: str, phase: str) -> int:
         """Save this rank's JIT part and leave, as under ``jit``."""
@@ -275,14 +275,14 @@ class JitInProcess(InProcessRecovery, JustInTime):
             except Exception as exc:  # noqa: BLE001
                 rt.events.emit("error", where="backstop", error=repr(exc)[:300])
 
-        if self.backstop is not None:
-            self.backstop.join()
-        self.backstop = threading.Thread(target=write, name="jit-backstop", daemon=True)
-        self.backstop.start()
+        if self.backstop_writer is not None:
+            self.backstop_writer.join()
+        self.backstop_writer = threading.Thread(target=write, name="jit-backstop", daemon=True)
+        self.backstop_writer.start()
 
     def finish(self, rt: Runtime) -> None:
-        if self.backstop is not None:
-            self.backstop.join(self.config.sync_bound_s)
+        if self.backstop_writer is not None:
+            self.backstop_writer.join(self.config.sync_bound_s)
 
 
 def receive(rt: Runtime, g: InProcessGroup, dec: Decision, broadcast_state,
