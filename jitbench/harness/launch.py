@@ -102,14 +102,85 @@ def torchrun_args(nproc: int, nnodes: int | str, max_restarts: int, run_dir: Pat
     the c10d rendezvous at ``rdzv_endpoint`` with the id ``RDZV_ID-RUN_DIR_NAME`` and
     ``--nnodes`` as given (``N`` or torch elastic's ``MIN:MAX`` range);
     ``nproc`` workers per node, the restart budget, a 0.1 s monitor interval and the
-    agent's log directory inside the run directory (:data:`AGENT_LOGS`)."""
+    agent's log directory inside the run directory (:data:`AGENT_LOGS`). The agent on
+    the node that owns the endpoint's address gets ``--rdzv-conf is_host=true``
+    (:func:`hosts_endpoint`); with an IP endpoint every agent gets ``--local-addr``, its
+    own address toward the endpoint (:func:`local_addr`)."""
     if rdzv_endpoint:
         out = ["--nnodes", str(nnodes), "--rdzv-backend", "c10d",
                "--rdzv-endpoint", rdzv_endpoint, "--rdzv-id", f"{rdzv_id}-{run_dir.name}"]
+        if hosts_endpoint(rdzv_endpoint):
+            out += ["--rdzv-conf", "is_host=true"]
+        local = local_addr(rdzv_endpoint)
+        if local:
+            out += ["--local-addr", local]
     else:
         out = ["--standalone", "--nnodes", "1"]
     return out + ["--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts),
                   "--monitor-interval", "0.1", "--log-dir", str(run_dir / AGENT_LOGS)]
+
+
+def hosts_endpoint(rdzv_endpoint: str) -> bool:
+    """Whether this node must host the c10d rendezvous store at ``HOST:PORT``: ``HOST``
+    is an IP address (not loopback) that this network namespace owns (a socket can be
+    bound to it).
+
+    torch's own guess (``_matches_machine_hostname`` in
+    ``torch.distributed.elastic.rendezvous.utils``) compares ``HOST`` with the addresses
+    the machine's hostname resolves to; it misses an address of a secondary interface
+    (a second NIC, a namespaced node of :mod:`jitbench.harness.netns`, where every node
+    has the same hostname), and then no agent hosts the store and every agent waits
+    for it until its timeout. Loopback and names are left to torch (on loopback every
+    local agent may host, and torch falls back to a client when the port is taken).
+    """
+    import ipaddress
+    import socket
+
+    host = rdzv_endpoint.rsplit(":", 1)[0].strip("[]")
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if addr.is_loopback or addr.is_unspecified:
+        return False
+    family = socket.AF_INET6 if addr.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+    except OSError:
+        return False
+    return True
+
+
+def local_addr(rdzv_endpoint: str) -> str | None:
+    """This node's address toward the rendezvous endpoint (the source address the kernel
+    picks for it: a UDP socket connected there, no packet sent), for torchrun's
+    ``--local-addr``; None for a name, a loopback address or no route.
+
+    Without it, torch names each node by its FQDN (``socket.getfqdn()``), and the
+    workers' store (``MASTER_ADDR``) is node 0's FQDN: on namespaced nodes (one
+    hostname, resolving to the machine's own interface) or a multi-homed host that
+    is an address the other nodes cannot reach, and the workers wait in
+    ``init_process_group`` until its timeout.
+    """
+    import ipaddress
+    import socket
+
+    host, _, port = rdzv_endpoint.rpartition(":")
+    host = host.strip("[]")
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if addr.is_loopback or addr.is_unspecified:
+        return None
+    family = socket.AF_INET6 if addr.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect((host, int(port or 9)))
+            return s.getsockname()[0]
+    except (OSError, ValueError):
+        return None
 
 
 def agent_command(spec: RunSpec, run_dir: Path) -> list[str]:
