@@ -6,7 +6,8 @@ segfault, exception, exit), :mod:`~jitbench.faults.collective` (nccl-hang,
 nccl-timeout, desync, slow), :mod:`~jitbench.faults.gpu` (xid, over the probes
 of :mod:`~jitbench.faults.xid`), :mod:`~jitbench.faults.storage` (enospc, eio,
 torn-write, corrupt), :mod:`~jitbench.faults.numeric` (amp-backoff, a
-perturbation the reference run keeps). :mod:`~jitbench.faults.schedule` turns schedules (at a
+perturbation the reference run keeps), :mod:`~jitbench.faults.network` (partition, link-flap,
+link-slow: on namespaced nodes only). :mod:`~jitbench.faults.schedule` turns schedules (at a
 step, at a time, every N steps, Poisson arrivals, TOML scenario files) into
 concrete :class:`FaultSpec` lists. :data:`FAULTS` maps the CLI name to the class.
 
@@ -25,6 +26,7 @@ from jitbench.faults.collective import (
     TimeoutCollective,
 )
 from jitbench.faults.gpu import SimulateXid
+from jitbench.faults.network import FlapLink, PartitionLink, SlowLink
 from jitbench.faults.numeric import ForceAmpBackoff
 from jitbench.faults.process import (
     ExitProcess,
@@ -40,7 +42,7 @@ FAULTS: dict[str, type[Fault]] = {c.name: c for c in (
     HangCollective, TimeoutCollective, DesyncCollective, SlowRank,
     SimulateXid,
     FillFilesystem, FailStorageIo, TearWrite, CorruptCheckpoint,
-    ForceAmpBackoff)}
+    ForceAmpBackoff, PartitionLink, FlapLink, SlowLink)}
 
 __all__ = ["FAULTS", "Fault", "FaultSpec", "Injector", "Param", "catalog", "make_fault"]
 

@@ -50,7 +50,7 @@ from typing import Any, ClassVar
 from jitbench.runtime.events import EventLog
 
 POINTS = ("step", "collective", "optimizer", "write", "restore")
-FAMILIES = ("process", "collective", "gpu", "storage", "numeric")
+FAMILIES = ("process", "collective", "gpu", "storage", "numeric", "network")
 
 
 @dataclass
@@ -166,7 +166,7 @@ class Fault(abc.ABC):
 
     name: ClassVar[str]
     family: ClassVar[str]
-    """``process``, ``collective``, ``gpu``, ``storage`` or ``numeric``."""
+    """``process``, ``collective``, ``gpu``, ``storage``, ``numeric`` or ``network``."""
     point: ClassVar[str]
     """Default injection point (see the module docstring)."""
     movable: ClassVar[bool] = True

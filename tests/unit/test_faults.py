@@ -32,7 +32,7 @@ from jitbench.workloads import WorkloadConfig
 
 ISSUE_KINDS = {"kill", "term", "segfault", "exception", "exit", "nccl-hang", "nccl-timeout",
                "desync", "slow", "xid", "enospc", "eio", "torn-write", "corrupt",
-               "amp-backoff"}
+               "amp-backoff", "partition", "link-flap", "link-slow"}
 
 
 def test_registry_has_every_fault_with_docs():

@@ -190,6 +190,9 @@ def test_plan_from_options_with_a_scenario(tmp_path):
 def test_every_fault_kind_plans_and_validates_with_defaults(kind):
     """``jitbench run --fault KIND`` builds a valid spec for every kind (on rank 0,
     the rank that writes periodic checkpoints, so the storage faults can fire)."""
+    from jitbench.errors import SpecError
+    from jitbench.faults import FAULTS
+    from jitbench.faults.network import refusal
     from jitbench.harness.spec import RunSpec
 
     plan = plan_from_options(kind, 0, 3, 10, 2, 0)
@@ -197,7 +200,11 @@ def test_every_fault_kind_plans_and_validates_with_defaults(kind):
     spec.workload.steps = 10
     if kind == "amp-backoff":  # a GradScaler to back off
         spec.workload.name, spec.workload.extra = "gpt", {"amp": "fp16"}
-    spec.validate()
+    if FAULTS[kind].family == "network" and refusal(kind):  # not on a namespaced node
+        with pytest.raises(SpecError, match="refusing|namespace"):
+            spec.validate()
+    else:
+        spec.validate()
     assert [(f.kind, f.rank, f.step) for f in plan] == [(kind, 0, 3)]
 
 
