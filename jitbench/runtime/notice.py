@@ -16,11 +16,19 @@ clean): ``notice/count`` (a counter: one round trip per poll),
 ``notice/<rank>`` (JSON: trigger, reason, t_wall) and ``notice/acks``.
 Store errors are swallowed (the store lives in the elastic agent; when it is
 gone the agent is gone and the rank will be killed anyway).
+
+A poll never holds the watchdog thread for long: :meth:`PeerNotices.check` runs
+the store round trip on a helper thread (one per instance) and waits at most ``check_wait_s`` for it;
+while one is still in flight (the store is unreachable: a network partition, where
+a TCPStore call blocks until the link returns), later polls return at once. Before
+this, a partitioned rank's watchdog sat in the poll and neither declared its hang
+nor handled the agent's SIGTERM until the link came back (``tests/dist/test_netns.py``).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
@@ -34,15 +42,25 @@ class PeerNotices:
         rank: this rank.
         world_size: ranks in the job.
         ack_timeout_s: how long :meth:`post` waits for the peers' acknowledgements (s).
+        check_wait_s: how long :meth:`check` waits for its store round trip (s) before
+            returning None and leaving it in flight.
     """
 
-    def __init__(self, store: Any, rank: int, world_size: int, ack_timeout_s: float = 2.0) -> None:
+    def __init__(self, store: Any, rank: int, world_size: int, ack_timeout_s: float = 2.0,
+                 check_wait_s: float = 0.5) -> None:
         self.store = store
         self.rank, self.world_size = rank, world_size
         self.ack_timeout_s = ack_timeout_s
+        self.check_wait_s = check_wait_s
         self._posted = False
         self._seen = False
         self.errors = 0
+        self._poller: threading.Thread | None = None
+        self._want, self._done = threading.Event(), threading.Event()
+        self._busy = False
+        self._found: dict | None = None
+        self.stalled = 0
+        """Polls that returned while a round trip was still in flight (store unreachable)."""
 
     def post(self, trigger: str, reason: str, wait: bool = True) -> int:
         """Tell the peers this rank leaves; returns how many acknowledged in time."""
@@ -72,22 +90,49 @@ class PeerNotices:
         return acks
 
     def check(self) -> dict | None:
-        """A peer's notice as a failure for the runtime (trigger ``notice``), or None."""
+        """A peer's notice as a failure for the runtime (trigger ``notice``), or None.
+
+        Waits at most ``check_wait_s`` (see the module docstring)."""
         if self._posted or self._seen:
             return None
+        if self._found is None:
+            if self._busy:  # the last round trip has not come back
+                self.stalled += 1
+                return None
+            if self._poller is None:
+                self._poller = threading.Thread(target=self._loop, daemon=True,
+                                                name="jitbench-notice-poll")
+                self._poller.start()
+            self._busy = True
+            self._done.clear()
+            self._want.set()
+            self._done.wait(self.check_wait_s)
+        found, self._found = self._found, None
+        if found is not None:
+            self._seen = True
+        return found
+
+    def _loop(self) -> None:
+        while True:
+            self._want.wait()
+            self._want.clear()
+            self._poll()
+            self._busy = False
+            self._done.set()
+
+    def _poll(self) -> None:
         try:
             if int(self.store.add("notice/count", 0)) <= 0:
-                return None
+                return
             for r in range(self.world_size):
                 if r != self.rank and self.store.check([f"notice/{r}"]):
                     info = json.loads(self.store.get(f"notice/{r}"))
                     break
             else:
-                return None
-            self._seen = True
+                return
             self.store.add("notice/acks", 1)
         except Exception:  # noqa: BLE001
             self.errors += 1
-            return None
-        return {"trigger": "notice", "reason": f"rank {r}: {info.get('reason')}",
-                "from_rank": r, "peer_trigger": info.get("trigger")}
+            return
+        self._found = {"trigger": "notice", "reason": f"rank {r}: {info.get('reason')}",
+                       "from_rank": r, "peer_trigger": info.get("trigger")}

@@ -453,3 +453,31 @@ def test_amp_backoff_is_refused_without_fp16_and_kept_by_the_reference():
     with pytest.raises(SpecError, match="step trigger"):
         RunSpec(workload=spec.workload,
                 faults=[FaultSpec("amp-backoff", 1, 2, time_s=1.0)]).validate()
+
+
+def test_peer_notices_poll_never_holds_the_watchdog():
+    """A store call that blocks (a partitioned node: the TCPStore round trip waits for
+    the link) costs one poll at most ``check_wait_s``; later polls return at once."""
+    release = threading.Event()
+
+    class Blocked:
+        def add(self, key, n):
+            release.wait()
+            return 1
+
+        def check(self, keys):
+            return True
+
+        def get(self, key):
+            return b'{"trigger": "xid", "reason": "late"}'
+
+    n = PeerNotices(Blocked(), 0, 2, check_wait_s=0.2)
+    t0 = time.monotonic()
+    assert n.check() is None
+    assert n.check() is None and n.stalled == 1
+    assert time.monotonic() - t0 < 1.0
+    release.set()  # the link is back: the round trip completes, the next poll reports it
+    deadline = time.monotonic() + 5
+    while (res := n.check()) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert res["reason"] == "rank 1: late" and n.check() is None
