@@ -202,6 +202,9 @@ class JobOptions:
     backend: Backend = "gloo"
     nnodes: Nnodes = "1"
     rdzv_endpoint: RdzvEndpoint = None
+    rdzv_timeout_s: Annotated[float | None, typer.Option(
+        help="Several nodes: how long an agent waits for the others in a (re-)rendezvous, "
+             "s (torch's join_timeout; default 600).")] = None
     max_restarts: MaxRestarts = 3
     spares: Annotated[int | None, typer.Option(
         help="Hot spares waiting to replace a failed rank (jit-inprocess; default 1; 0: "
@@ -267,6 +270,7 @@ def build_spec(faults: FaultOptions, training: TrainingOptions, job: JobOptions,
     spec = RunSpec(workload=wl, strategy=strategy, faults=plan, nproc=job.nproc,
                    nnodes=parse_nnodes(job.nnodes)[1],
                    min_nodes=parse_nnodes(job.nnodes)[0], backend=job.backend, rdzv_endpoint=job.rdzv_endpoint,
+                   rdzv_timeout_s=job.rdzv_timeout_s,
                    max_restarts=job.max_restarts, spares=job.spares,
                    hang_floor_s=detection.hang_floor_s,
                    hang_factor=detection.hang_factor, hang_first_s=detection.hang_first_s,

@@ -96,21 +96,26 @@ workers' error files per attempt). Without ``--log-dir`` every agent makes a
 
 
 def torchrun_args(nproc: int, nnodes: int | str, max_restarts: int, run_dir: Path,
-                  rdzv_endpoint: str | None = None, rdzv_id: str = "jitbench") -> list[str]:
+                  rdzv_endpoint: str | None = None, rdzv_id: str = "jitbench",
+                  rdzv_timeout_s: float | None = None) -> list[str]:
     """The options of ``torch.distributed.run`` (torchrun) for one node's agent:
     ``--standalone`` (a c10d rendezvous on a port the OS picks) for one node, else
     the c10d rendezvous at ``rdzv_endpoint`` with the id ``RDZV_ID-RUN_DIR_NAME`` and
     ``--nnodes`` as given (``N`` or torch elastic's ``MIN:MAX`` range);
     ``nproc`` workers per node, the restart budget, a 0.1 s monitor interval and the
-    agent's log directory inside the run directory (:data:`AGENT_LOGS`). The agent on
-    the node that owns the endpoint's address gets ``--rdzv-conf is_host=true``
-    (:func:`hosts_endpoint`); with an IP endpoint every agent gets ``--local-addr``, its
-    own address toward the endpoint (:func:`local_addr`)."""
+    agent's log directory inside the run directory (:data:`AGENT_LOGS`). Through
+    ``--rdzv-conf``: ``is_host=true`` on the node that owns the endpoint's address
+    (:func:`hosts_endpoint`) and ``join_timeout`` (s) with ``rdzv_timeout_s``; with an
+    IP endpoint every agent gets ``--local-addr``, its own address toward the endpoint
+    (:func:`local_addr`)."""
     if rdzv_endpoint:
         out = ["--nnodes", str(nnodes), "--rdzv-backend", "c10d",
                "--rdzv-endpoint", rdzv_endpoint, "--rdzv-id", f"{rdzv_id}-{run_dir.name}"]
-        if hosts_endpoint(rdzv_endpoint):
-            out += ["--rdzv-conf", "is_host=true"]
+        conf = ["is_host=true"] if hosts_endpoint(rdzv_endpoint) else []
+        if rdzv_timeout_s is not None:
+            conf.append(f"join_timeout={max(1, round(rdzv_timeout_s))}")
+        if conf:
+            out += ["--rdzv-conf", ",".join(conf)]
         local = local_addr(rdzv_endpoint)
         if local:
             out += ["--local-addr", local]
@@ -191,7 +196,7 @@ def agent_command(spec: RunSpec, run_dir: Path) -> list[str]:
     ft = parse(spec.strategy).entry.launcher == "ft_launcher"
     cmd = [sys.executable, "-m", FT_LAUNCHER if ft else "torch.distributed.run"]
     cmd += torchrun_args(spec.nproc, spec.nnodes_range, spec.max_restarts, run_dir,
-                         spec.rdzv_endpoint, spec.rdzv_id)
+                         spec.rdzv_endpoint, spec.rdzv_id, spec.rdzv_timeout_s)
     if ft:
         cmd += ft_launcher_args(spec)
     return cmd + ["-m", "jitbench.harness.worker", str(run_dir)]

@@ -97,6 +97,10 @@ class RunSpec:
     the OS picks)."""
     rdzv_id: str = "jitbench"
     """Rendezvous id shared by the nodes of one job."""
+    rdzv_timeout_s: float | None = None
+    """How long an agent waits for the other nodes in a rendezvous round, the first and
+    every re-rendezvous after a failure (torch's c10d ``join_timeout``; None: torch's
+    600 s). A node that never comes back (a partition for good) ends the job after it."""
     backend: str = "gloo"
     """``gloo`` (CPU) or ``nccl`` (one GPU per rank)."""
     max_restarts: int = 3
@@ -239,6 +243,8 @@ class RunSpec:
                             "binds the loopback address); use jit for several nodes")
         if self.nnodes > 1 and not self.rdzv_endpoint:
             raise SpecError("several nodes need --rdzv-endpoint HOST:PORT")
+        if self.rdzv_timeout_s is not None and not self.rdzv_timeout_s > 0:
+            raise SpecError(f"--rdzv-timeout-s must be > 0, got {self.rdzv_timeout_s}")
         if self.rdzv_endpoint and not re.fullmatch(r"[\w.\-\[\]:]+:\d+", self.rdzv_endpoint):
             raise SpecError(f"--rdzv-endpoint must be HOST:PORT, got {self.rdzv_endpoint!r}")
         if self.workload.steps < 1:
@@ -296,7 +302,7 @@ class RunSpec:
         if not d["faults"]:
             del d["faults"]  # the key of a spec without perturbations, as before
         for k in ("strategy", "mtbf_s", "max_restarts", "segments", "rdzv_endpoint",
-                  "rdzv_id", "ckpt_dir", "spares", "min_nodes"):
+                  "rdzv_id", "rdzv_timeout_s", "ckpt_dir", "spares", "min_nodes"):
             d.pop(k, None)
         return json.dumps(d, sort_keys=True)
 

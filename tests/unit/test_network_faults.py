@@ -100,3 +100,42 @@ def test_local_addr_only_for_ip_endpoints():
     assert got is None or not got.startswith("127.")
     args = torchrun_args(1, 2, 3, __import__("pathlib").Path("/tmp/r"), "127.0.0.1:29500")
     assert "--rdzv-conf" not in args and "--local-addr" not in args  # loopback: as before
+
+
+def test_rdzv_timeout_goes_to_torchrun_and_is_checked(tmp_path):
+    from jitbench.errors import SpecError
+    from jitbench.harness.spec import RunSpec
+
+    args = torchrun_args(1, 2, 3, tmp_path, "127.0.0.1:29500", rdzv_timeout_s=20)
+    assert args[args.index("--rdzv-conf") + 1] == "join_timeout=20"
+    spec = RunSpec(nnodes=2, nproc=1, rdzv_endpoint="127.0.0.1:29500", rdzv_timeout_s=0)
+    with pytest.raises(SpecError, match="--rdzv-timeout-s must be > 0"):
+        spec.validate()
+    spec.rdzv_timeout_s = 30.0
+    spec.validate()
+    assert spec.training_key() == RunSpec(nnodes=2, nproc=1).training_key()
+
+
+def test_cli_refuses_a_bad_rdzv_timeout(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "jitbench.cli", "run", "--nnodes", "2",
+                        "--rdzv-endpoint", "127.0.0.1:29500", "--rdzv-timeout-s", "-1",
+                        "--run-dir", str(tmp_path / "run")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "--rdzv-timeout-s must be > 0" in p.stderr
+
+
+def test_netns_unavailable_is_one_line(monkeypatch):
+    from jitbench.harness import netns
+
+    def denied(args, **kw):
+        return subprocess.CompletedProcess(args, 1, "", "mount --make-shared /run/netns "
+                                           "failed: Operation not permitted\n")
+
+    monkeypatch.setattr(netns.subprocess, "run", denied)
+    why = netns.available()
+    assert why.startswith("ip netns add jb") and "\n" not in why
+    assert "need root" in why
+    with pytest.raises(netns.NetnsError, match="^ip link add jb.*br type bridge: mount"):
+        with netns.Nodes(2):
+            pass
