@@ -67,8 +67,8 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and res.returncode != 0:
         msg = (res.stderr.strip() or res.stdout.strip() or f"exit {res.returncode}")
         msg = msg.splitlines()[0]
-        if os.geteuid() != 0:
-            msg += " (network namespaces need root)"
+        if os.geteuid() != 0 or "not permitted" in msg:
+            msg += " (network namespaces need root: CAP_SYS_ADMIN and CAP_NET_ADMIN)"
         raise NetnsError(f"ip {' '.join(args)}: {msg}")
     return res
 
