@@ -65,6 +65,26 @@ def test_partition_and_flap_act_on_the_node_link_only(nodes2):
     _wait_state(nodes2, 0, "UP", 5)
 
 
+def _qdisc(nodes, i: int) -> str:
+    return subprocess.run(["ip", "netns", "exec", nodes.namespaces[i], "tc", "qdisc", "show",
+                           "dev", nodes.ifaces[i]], capture_output=True, text=True,
+                          timeout=15).stdout
+
+
+@needs_netns
+def test_link_slow_adds_and_removes_netem_or_names_the_missing_module(nodes2):
+    p = _fire(nodes2, 1, "link-slow", {"delay_ms": 20, "loss_pct": 1, "duration_s": 1.0})
+    if p.returncode != 0:  # a kernel without sch_netem (this machine's): one named error
+        assert "Specified qdisc kind is unknown" in p.stderr and "sch_netem" in p.stderr
+        assert "netem" not in _qdisc(nodes2, 1)
+        return
+    assert "netem" in _qdisc(nodes2, 1) and "delay 20ms" in _qdisc(nodes2, 1)
+    deadline = time.monotonic() + 10
+    while "netem" in _qdisc(nodes2, 1) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "netem" not in _qdisc(nodes2, 1)
+
+
 def _start_nodes(nodes, run_dir: Path, extra: list[str]) -> list[subprocess.Popen]:
     args = ["--nnodes", "2", "--nproc", "1", "--rdzv-endpoint", nodes.rdzv_endpoint(),
             "--run-dir", str(run_dir), "--steps", "10", "--size", "tiny", "--strategy", "jit",
