@@ -28,16 +28,16 @@ def cell_spec(kind: str, at: str, strategy: str, faults: list[FaultSpec] | None 
 
 
 def test_every_cell_is_refused_up_front_or_says_where_it_fires(monkeypatch):
-    """486 cells (54 kind x point pairs of 15 kinds x 9 strategies). Each bare cell
+    """594 cells (66 kind x point pairs of 18 kinds x 9 strategies). Each bare cell
     (the fault alone) either raises SpecError, one line, whose reason is the
     matrix's (:func:`reach`; torchft's fp16 refusal is the spec's own), or is
     accepted and :func:`where` names the point it fires at. Optional extras are
     treated as installed (their absence is another refusal)."""
     monkeypatch.setattr(strategies, "check_available", lambda name: None)
     assert len(all_strategies()) == len(strategies.REGISTRY) == 9
-    assert sum(len(points(k)) for k in FAULTS) == 54
+    assert sum(len(points(k)) for k in FAULTS) == 66
     all_cells = cells()
-    assert len(all_cells) == 486
+    assert len(all_cells) == 594
     refused = 0
     for kind, at, strategy in all_cells:
         spec, f = cell_spec(kind, at, strategy)
@@ -51,7 +51,8 @@ def test_every_cell_is_refused_up_front_or_says_where_it_fires(monkeypatch):
             refused += 1
             continue
         assert why is None and where(f, spec), (kind, at, strategy)
-    assert refused == 125, refused  # 361 bare cells accepted
+    # 361 bare cells accepted; the network faults' 108 are refused here (no namespaced node)
+    assert refused == 233, refused
 
 
 def test_a_write_or_restore_cell_is_accepted_with_the_failing_fault_it_asks_for():
