@@ -20,6 +20,17 @@ is no multi-part commit to coordinate. (A sharded or per-rank format would
 need a commit marker written after every part is durable; this format has
 none because it needs none.)
 
+Split parts (``write_part(..., slice_of=(i, n))``, :data:`FORMAT_SPLIT`): the
+writers of a step share the state instead of each writing all of it; writer
+``i`` of ``n`` writes slice ``i`` (:func:`split_state`: the leaves of the nested
+state dict in their order, cut into ``n`` contiguous runs of about equal bytes),
+as its own part with its own manifest (``parts_needed: n``, ``slice: i``,
+``slices: n``, size, SHA-256 and tensor layout of that slice). Such a step is
+restorable only when every slice has a valid part: :func:`gather_slices` finds
+them and names the missing one, :func:`load_part` merges them
+(:func:`merge_states`). Only committed slices count, so each slice is still
+committed by its own manifest's rename.
+
 Fault injection: :func:`set_io_hook` (:mod:`jitbench.runtime.ckpt_format`)
 installs a callable that the write and load paths call before each I/O step.
 
@@ -79,10 +90,10 @@ from jitbench.runtime.ckpt_format import (
 )
 
 __all__ = [
-    "CHUNK_BYTES", "COMMIT_TIME", "FORMAT", "MANIFEST_VERSION", "CheckpointCorrupt", "CheckpointError",
+    "CHUNK_BYTES", "COMMIT_TIME", "FORMAT", "FORMAT_SPLIT", "MANIFEST_VERSION", "CheckpointCorrupt", "CheckpointError",
     "CheckpointMismatch", "CheckpointWriteError", "IoHook", "Part", "check_owner", "commit_stamp",
-    "committed", "fsync_dir", "list_parts", "load_part", "newest_valid", "part_name", "prune", "read_manifest",
-    "set_io_hook", "tensor_layout", "validate_part", "write_durable", "write_part",
+    "committed", "fsync_dir", "gather_slices", "list_parts", "load_part", "merge_states", "newest_valid", "part_name", "prune", "read_manifest",
+    "set_io_hook", "split_state", "tensor_layout", "validate_part", "write_durable", "write_part",
 ]
 
 
@@ -100,8 +111,85 @@ def tensor_layout(obj: Any, prefix: str = "") -> dict[str, list]:
     return out
 
 
+FORMAT_SPLIT = "jitbench-split"
+"""Manifest ``format`` of a split part: one slice of the state (see the module docstring)."""
+
+
+def _leaves(obj: dict, prefix: tuple = ()) -> list[tuple[tuple, Any]]:
+    """``[(key path, value)]`` of a nested dict, depth first in insertion order; a value
+    that is not a non-empty dict (a tensor, a list, a number, ``{}``) is a leaf."""
+    out: list[tuple[tuple, Any]] = []
+    for k, v in obj.items():
+        if isinstance(v, dict) and v:
+            out += _leaves(v, (*prefix, k))
+        else:
+            out.append(((*prefix, k), v))
+    return out
+
+
+def _nbytes(value: Any) -> int:
+    """Bytes a leaf weighs for slicing: a tensor's storage bytes, else 1 (small values)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    return 1
+
+
+def split_state(state: dict, index: int, count: int) -> dict:
+    """Slice ``index`` of ``count`` of a nested state dict (a nested dict of the same shape
+    holding only that slice's leaves).
+
+    The leaves (:func:`_leaves`) in their order are cut into ``count`` contiguous runs of
+    about ``total / count`` bytes each: a leaf belongs to the slice its byte midpoint
+    falls in. Every replica of a data-parallel job holds the same keys and shapes, so
+    every writer computes the same cut; a leaf larger than ``total / count`` makes the
+    cut uneven, and a slice may be empty (a state with fewer leaves than slices).
+
+    Raises:
+        ValueError: ``count < 1`` or ``index`` outside ``[0, count)``.
+    """
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(f"slice {index} of {count} does not exist")
+    leaves = _leaves(state)
+    total = sum(_nbytes(v) for _, v in leaves) or 1
+    out: dict = {}
+    done = 0
+    for path, value in leaves:
+        size = _nbytes(value)
+        owner = min(count - 1, int((done + size / 2) * count // total))
+        done += size
+        if owner != index:
+            continue
+        node = out
+        for k in path[:-1]:
+            node = node.setdefault(k, {})
+        node[path[-1]] = value
+    return out
+
+
+def merge_states(slices: list[dict]) -> dict:
+    """The state the slices of :func:`split_state` were cut from (their leaves merged;
+    key order follows the slices' order, which :func:`split_state` keeps).
+
+    Raises:
+        CheckpointCorrupt: two slices hold the same leaf (they do not come from one cut).
+    """
+    out: dict = {}
+    for part in slices:
+        for path, value in _leaves(part):
+            node = out
+            for k in path[:-1]:
+                node = node.setdefault(k, {})
+                if not isinstance(node, dict):
+                    raise CheckpointCorrupt(f"slices overlap at {'.'.join(map(str, path))}")
+            if path[-1] in node:
+                raise CheckpointCorrupt(f"slices overlap at {'.'.join(map(str, path))}")
+            node[path[-1]] = value
+    return out
+
+
 def write_part(ckpt_dir: str | os.PathLike, kind: str, step: int, rank: int, world_size: int,
-               state: dict, meta: dict | None = None, run_id: str = "") -> Part:
+               state: dict, meta: dict | None = None, run_id: str = "",
+               slice_of: tuple[int, int] | None = None) -> Part:
     """Serialise ``state`` and commit it as one checkpoint part.
 
     Args:
@@ -113,6 +201,8 @@ def write_part(ckpt_dir: str | os.PathLike, kind: str, step: int, rank: int, wor
         state: a nested dict of tensors and primitive values.
         meta: extra JSON-able fields for the manifest (e.g. the run's config).
         run_id: identity of the training job (restore refuses parts of another).
+        slice_of: ``(i, n)``: write only slice ``i`` of ``n`` of ``state``
+            (:func:`split_state`) as a split part; None: the whole state.
 
     Returns:
         The committed :class:`Part`.
@@ -124,9 +214,14 @@ def write_part(ckpt_dir: str | os.PathLike, kind: str, step: int, rank: int, wor
     d = Path(ckpt_dir)
     make_dirs(d)
     stem = part_name(kind, step, rank)
+    split: dict = {}
+    if slice_of is not None:
+        index, count = slice_of
+        state = split_state(state, index, count)
+        split = {"format": FORMAT_SPLIT, "parts_needed": count, "slice": index, "slices": count}
     buf = io.BytesIO()
     torch.save(state, buf)
-    data = buf.getbuffer().tobytes()
+    data = buf.getbuffer()  # no copy: the serialised bytes are written and hashed in place
     path = d / f"{stem}.pt"
     hook = io_hook()
     try:
@@ -142,7 +237,7 @@ def write_part(ckpt_dir: str | os.PathLike, kind: str, step: int, rank: int, wor
         "kind": kind, "step": step, "rank": rank, "world_size": world_size, "run_id": run_id,
         "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
         "tensors": tensor_layout(state), "torch": torch.__version__, "meta": meta or {},
-        **commit_stamp(),
+        **split, **commit_stamp(),
     }
     mpath = d / f"{stem}.json"
     try:
@@ -237,8 +332,43 @@ def check_owner(part: Part, manifest: dict, world_size: int | None = None,
             f" this run is {run_id!r})")
 
 
+def _read_verified(part: Part, manifest: dict) -> bytes:
+    """The bytes of a ``.pt`` part, checked against its manifest's size and SHA-256.
+
+    Raises:
+        CheckpointCorrupt: unreadable, truncated or corrupt.
+    """
+    try:
+        data = part.path.read_bytes()
+    except OSError as exc:
+        raise CheckpointCorrupt(f"{part.path.name}: unreadable ({exc.strerror})") from exc
+    if len(data) != manifest.get("bytes"):
+        raise CheckpointCorrupt(f"{part.path.name}: {len(data)} bytes, manifest says "
+                                f"{manifest.get('bytes')} (truncated)")
+    if hashlib.sha256(data).hexdigest() != manifest.get("sha256"):
+        raise CheckpointCorrupt(f"{part.path.name}: SHA-256 mismatch (corrupt)")
+    return data
+
+
+def _check_split(part: Part, manifest: dict) -> tuple[int, int] | None:
+    """``(slice, slices)`` of a split part's manifest, None for a whole part.
+
+    Raises:
+        CheckpointCorrupt: a split manifest whose slice fields are not ``0 <= slice < slices``.
+    """
+    if manifest.get("format") != FORMAT_SPLIT:
+        return None
+    i, n = manifest.get("slice"), manifest.get("slices")
+    if not (isinstance(i, int) and isinstance(n, int) and 0 <= i < n
+            and manifest.get("parts_needed") == n):
+        raise CheckpointCorrupt(f"{part.manifest_path.name}: bad slice fields "
+                                f"(slice {i!r} of {n!r})")
+    return i, n
+
+
 def validate_part(part: Part, world_size: int | None = None, run_id: str | None = None) -> dict:
-    """Check a part against its manifest and return the manifest.
+    """Check a part against its manifest and return the manifest (a split part: this
+    slice alone; :func:`gather_slices` checks that the others exist).
 
     Raises:
         CheckpointCorrupt: unreadable manifest, size or SHA-256 mismatch, wrong step.
@@ -250,54 +380,128 @@ def validate_part(part: Part, world_size: int | None = None, run_id: str | None 
     if part.path.suffix == ".dcp":
         dcp_format.validate_dir(part.path, manifest)
         return manifest
-    try:
-        data = part.path.read_bytes()
-    except OSError as exc:
-        raise CheckpointCorrupt(f"{part.path.name}: unreadable ({exc.strerror})") from exc
-    if len(data) != manifest.get("bytes"):
-        raise CheckpointCorrupt(f"{part.path.name}: {len(data)} bytes, manifest says "
-                                f"{manifest.get('bytes')} (truncated)")
-    if hashlib.sha256(data).hexdigest() != manifest.get("sha256"):
-        raise CheckpointCorrupt(f"{part.path.name}: SHA-256 mismatch (corrupt)")
+    _check_split(part, manifest)
+    _read_verified(part, manifest)
     return manifest
+
+
+def gather_slices(part: Part, manifest: dict, world_size: int | None = None,
+                  run_id: str | None = None,
+                  data: dict[int, bytes] | None = None) -> list[tuple[Part, dict]]:
+    """Every slice of the split checkpoint ``part`` belongs to, validated, in slice order.
+
+    The slices are the committed parts of the same directory, kind and step whose
+    manifests say the same slice count (and belong to this job); where several
+    parts hold one slice, the first that validates counts. ``data`` (if given)
+    receives each chosen slice's verified bytes, by slice index.
+
+    Raises:
+        CheckpointCorrupt: ``part`` is not a split part, or a slice has no valid
+            part: the message names the first missing slice (and why its parts,
+            if any, did not validate), e.g. ``jit step 12: slice 1 of 2 missing``.
+        CheckpointMismatch: a sibling belongs to another job.
+    """
+    shape = _check_split(part, manifest)
+    if shape is None:
+        raise CheckpointCorrupt(f"{part.path.name}: not a split part")
+    n = shape[1]
+    chosen: dict[int, tuple[Part, dict]] = {}
+    why: dict[int, str] = {}
+    for other in list_parts(part.path.parent):
+        if other.kind != part.kind or other.step != part.step or other.path.suffix != ".pt":
+            continue
+        try:
+            m = read_manifest(other)
+            check_owner(other, m, world_size, run_id)
+            s = _check_split(other, m)
+            if s is None or s[1] != n or s[0] in chosen:
+                continue
+            raw = _read_verified(other, m)
+        except CheckpointCorrupt as exc:
+            try:
+                idx = int(json.loads(other.manifest_path.read_text()).get("slice"))
+            except (OSError, ValueError, TypeError, AttributeError):
+                continue
+            why.setdefault(idx, str(exc))
+            continue
+        chosen[s[0]] = (other, m)
+        if data is not None:
+            data[s[0]] = raw
+    for i in range(n):
+        if i not in chosen:
+            reason = f" ({why[i]})" if i in why else ""
+            raise CheckpointCorrupt(f"{part.kind} step {part.step}: slice {i} of {n} "
+                                    f"missing{reason}")
+    return [chosen[i] for i in range(n)]
+
+
+def _load_bytes(name: str, data: bytes, manifest: dict) -> dict:
+    """``torch.load(weights_only=True)`` of verified bytes, checked against the manifest's
+    tensor layout.
+
+    Raises:
+        CheckpointCorrupt: does not unpickle, is not a dict, or its tensors differ.
+    """
+    try:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling error means "invalid"
+        raise CheckpointCorrupt(f"{name}: does not load ({exc})") from exc
+    if not isinstance(state, dict):
+        raise CheckpointCorrupt(f"{name}: holds a {type(state).__name__}, not a dict")
+    if "tensors" in manifest and tensor_layout(state) != manifest["tensors"]:
+        raise CheckpointCorrupt(f"{name}: tensor shapes/dtypes differ from the manifest")
+    return state
 
 
 def load_part(part: Part, world_size: int | None = None,
               run_id: str | None = None) -> tuple[dict, dict]:
     """Validate and load one part; returns ``(state, manifest)``.
 
-    The file is read with ``weights_only=True`` and every tensor's shape and
-    dtype must equal the manifest's layout.
+    The file is read once, checked (size, SHA-256), unpickled from those bytes with
+    ``weights_only=True``, and every tensor's shape and dtype must equal the
+    manifest's layout. A split part loads every slice (:func:`gather_slices`) and
+    returns the merged state with a manifest whose ``tensors`` is the merged layout.
 
     Raises:
         CheckpointCorrupt: validation failed, the file does not unpickle under
-            ``weights_only=True``, or its tensors differ from the manifest.
+            ``weights_only=True``, its tensors differ from the manifest, or (split)
+            a slice is missing.
         CheckpointMismatch: see :func:`validate_part`.
     """
-    manifest = validate_part(part, world_size, run_id)
+    manifest = read_manifest(part)
+    check_owner(part, manifest, world_size, run_id)
     hook = io_hook()
+    if part.path.suffix == ".dcp":
+        dcp_format.validate_dir(part.path, manifest)
+        if hook is not None:
+            hook("read", part.path, 0, int(manifest.get("bytes", 0)))
+        return dcp_format.load_dir(part.path, manifest), manifest
+    if _check_split(part, manifest) is not None:
+        raw: dict[int, bytes] = {}
+        slices = gather_slices(part, manifest, world_size, run_id, raw)
+        states = []
+        for i, (p, m) in enumerate(slices):
+            if hook is not None:
+                hook("read", p.path, 0, int(m.get("bytes", 0)))
+            states.append(_load_bytes(p.path.name, raw.pop(i), m))
+        state = merge_states(states)
+        return state, {**manifest, "tensors": tensor_layout(state)}
+    data = _read_verified(part, manifest)
     if hook is not None:
         hook("read", part.path, 0, int(manifest.get("bytes", 0)))
-    if part.path.suffix == ".dcp":
-        return dcp_format.load_dir(part.path, manifest), manifest
-    try:
-        state = torch.load(part.path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unpickling error means "invalid"
-        raise CheckpointCorrupt(f"{part.path.name}: does not load ({exc})") from exc
-    if not isinstance(state, dict):
-        raise CheckpointCorrupt(f"{part.path.name}: holds a {type(state).__name__}, not a dict")
-    if "tensors" in manifest and tensor_layout(state) != manifest["tensors"]:
-        raise CheckpointCorrupt(f"{part.path.name}: tensor shapes/dtypes differ from the manifest")
-    return state, manifest
+    return _load_bytes(part.path.name, data, manifest), manifest
 
 
 def newest_valid(ckpt_dir: str | os.PathLike, world_size: int | None = None,
                  skipped: list[tuple[Part, str]] | None = None,
                  run_id: str | None = None) -> tuple[Part, dict] | None:
-    """The newest committed part that validates, or None.
+    """The newest committed part that validates, or None. A split part counts only
+    when every slice of its step validates (:func:`gather_slices`); its siblings are
+    then not tried again.
 
-    Corrupt parts are reported through ``skipped`` as ``(part, reason)`` so
-    the caller can say it fell back.
+    Corrupt parts (and split parts of an incomplete step, with the missing slice
+    named) are reported through ``skipped`` as ``(part, reason)`` so the caller can
+    say it fell back.
 
     Raises:
         CheckpointMismatch: any committed part belongs to another job (world
@@ -310,9 +514,18 @@ def newest_valid(ckpt_dir: str | os.PathLike, world_size: int | None = None,
         except CheckpointCorrupt:
             continue
         check_owner(part, manifest, world_size, run_id)
+    split_done: set[tuple[str, int, int]] = set()
     for part in parts:
         try:
-            return part, validate_part(part, world_size, run_id)
+            manifest = validate_part(part, world_size, run_id)
+            shape = None if part.path.suffix == ".dcp" else _check_split(part, manifest)
+            if shape is not None:
+                key = (part.kind, part.step, shape[1])
+                if key in split_done:
+                    continue
+                split_done.add(key)
+                gather_slices(part, manifest, world_size, run_id)
+            return part, manifest
         except CheckpointCorrupt as exc:
             if skipped is not None:
                 skipped.append((part, str(exc)))
