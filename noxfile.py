@@ -66,3 +66,12 @@ def figures(session: nox.Session) -> None:
         session.run("python", "benchmarks/suite_time.py", "benchmarks/suite-cpu.json", "--",
                     "python", "-m", "pytest", success_codes=[0, 1])  # failures are recorded
     session.run("python", "benchmarks/readme_figures.py")
+
+
+@nox.session(venv_backend="none")
+def io(session: nox.Session) -> None:
+    """The disk's bandwidth against the JIT save and restore of the gpt2 state (``jitbench
+    io``, 3 repeats, split writers 1, 2, 4): the table to benchmarks/io-cpu.txt's format,
+    the rows to benchmarks/io-cpu.csv (+ .meta.json: machine, filesystem, load)."""
+    session.run("jitbench", "io", "--repeats", "3", "--replicas", "1,2,4",
+                "--csv", "benchmarks/io-cpu.csv", *session.posargs)

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from jitbench.cli import faults, gate, launch, model, overhead, report, run, sweep, validate
+from jitbench.cli import faults, gate, io, launch, model, overhead, report, run, sweep, validate
 from jitbench.cli.console import line
 from jitbench.errors import ExitStatus, JitbenchError
 
@@ -33,6 +33,7 @@ app.command("sweep")(sweep.sweep)
 app.command("overhead")(overhead.overhead)
 app.command("report")(report.report)
 app.command("gate")(gate.gate)
+app.command("io")(io.io)
 
 _debug = {"on": False}
 

@@ -1,0 +1,130 @@
+"""``jitbench io``: the disk's bandwidth against the JIT save and restore of a model's state.
+
+The measurements are :mod:`jitbench.harness.iobench`'s; torch and the harness are
+imported inside the command, so ``jitbench io --help`` does not load them.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from jitbench.cli import console
+from jitbench.cli.console import cell
+from jitbench.cli.options import csv_list
+from jitbench.errors import InputError
+
+CSV_COLUMNS = ("what", "mb", "seconds", "mb_s", "ratio", "repeats")
+
+
+def parse_replicas(text: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> ``(1, 2, 4)``.
+
+    Raises:
+        InputError: not comma-separated integers >= 1.
+    """
+    try:
+        out = tuple(int(x) for x in csv_list(text))
+    except ValueError:
+        out = ()
+    if not out or min(out) < 1:
+        raise InputError(f"--replicas: expected comma-separated integers >= 1, got {text!r}")
+    return out
+
+
+def io(
+    ckpt_dir: Annotated[Path | None, typer.Option(
+        "--ckpt-dir", help="Directory measured (emptied, then left empty; default: a new "
+                           "temporary directory under --run-dir's filesystem).")] = None,
+    run_dir: Annotated[Path, typer.Option(
+        "--run-dir", help="Where the default --ckpt-dir is made (its filesystem is measured).")]
+    = Path("."),
+    size: Annotated[str, typer.Option(help="GPT size whose state (model + AdamW) is saved.")]
+    = "gpt2",
+    repeats: Annotated[int, typer.Option(help="Repeats of every measurement (median).")] = 3,
+    replicas: Annotated[str, typer.Option(
+        help="Comma-separated writer counts R of the split save (each writes 1/R).")] = "1,2,4",
+    out_csv: Annotated[Path | None, typer.Option(
+        "--csv", help="Also write the rows as CSV here (with a .meta.json of the machine).")]
+    = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print rows and machine as one JSON object.")] = False,
+) -> None:
+    """Disk bandwidth vs JIT save and restore throughput, with ratios.
+
+    Measures the disk's sequential write+fsync and read bandwidth on the checkpoint
+    directory, then jitbench's JIT save, restore, the periodic baselines and the split
+    save of R writers, each with its ratio to the disk."""
+    from jitbench.workloads.gpt import SIZES
+
+    if size not in SIZES:
+        raise InputError(f"unknown gpt size {size!r}; one of {', '.join(SIZES)}")
+    if repeats < 1:
+        raise InputError(f"--repeats must be >= 1, got {repeats}")
+    writers = parse_replicas(replicas)
+    if ckpt_dir is not None and ckpt_dir.exists() and not ckpt_dir.is_dir():
+        raise InputError(f"--ckpt-dir {ckpt_dir} is not a directory")
+    if ckpt_dir is not None and ckpt_dir.is_dir() and any(ckpt_dir.iterdir()):
+        raise InputError(f"--ckpt-dir {ckpt_dir} is not empty (it is emptied while measuring)")
+    if ckpt_dir is None and not run_dir.is_dir():
+        raise InputError(f"--run-dir {run_dir} is not a directory")
+
+    import torch
+
+    from jitbench.harness import iobench
+
+    own = ckpt_dir is None
+    d = Path(tempfile.mkdtemp(prefix="jitbench-io-", dir=run_dir)) if own else ckpt_dir
+    before = iobench.machine()
+    t0 = time.time()
+    try:
+        console.line(f"building the {size} state ...")
+        state = iobench.make_state(size)
+        rows = iobench.run_io_bench(d, state, repeats, writers, progress=console.line)
+        fs = iobench.filesystem(d)
+    finally:
+        if own:
+            import shutil
+
+            shutil.rmtree(d, ignore_errors=True)
+    after = iobench.machine()
+    meta = {"size": size, "repeats": repeats, "replicas": list(writers),
+            "block_bytes": iobench.BLOCK_BYTES, "cache": "posix_fadvise DONTNEED before reads",
+            "filesystem": fs, "cpus": before.get("cpus"), "ram_gib": before.get("ram_gib"),
+            "loadavg_before": before.get("loadavg"), "loadavg_after": after.get("loadavg"),
+            "torch": torch.__version__, "python": sys.version.split()[0],
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
+            "wall_s": round(time.time() - t0, 1)}
+    dicts = iobench.rows_dicts(rows)
+    if out_csv is not None:
+        with open(out_csv, "w", newline="") as fh:
+            w = csv.DictWriter(fh, CSV_COLUMNS)
+            w.writeheader()
+            for r in dicts:
+                w.writerow({**r, "repeats": " ".join(f"{x:.3f}" for x in r["repeats"])})
+        Path(f"{out_csv}.meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    if as_json:
+        print(json.dumps({"machine": meta, "rows": dicts}))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"checkpoint I/O, {size} state, median of {repeats}")
+    for col in ("what", "MB", "seconds", "MB/s", "ratio to disk"):
+        table.add_column(col, justify="left" if col == "what" else "right")
+    for r in rows:
+        table.add_row(r.what, cell(r.mb, 0), cell(r.seconds, 3), cell(r.mb_s, 0),
+                      cell(r.ratio, 2))
+    console.out().print(table)
+    la, lb = meta["loadavg_before"], meta["loadavg_after"]
+    console.out().print(
+        f"directory {fs['path']} ({fs['type']} on {fs['device']}, mount {fs['mount']}); "
+        f"{meta['cpus']} CPUs, {meta['ram_gib']} GiB RAM, torch {meta['torch']}; "
+        f"load average before {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}, "
+        f"after {lb[0]:.2f} {lb[1]:.2f} {lb[2]:.2f}; reads after posix_fadvise DONTNEED")
