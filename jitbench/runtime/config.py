@@ -62,7 +62,14 @@ class RuntimeConfig:
     poll_s: float = 0.05
     """Watchdog tick (s)."""
     writer_ranks: str = "all"
-    """Which survivors write a JIT part: ``all`` (every survivor its own copy)."""
+    """Which survivors write a JIT part: ``all`` (every survivor its own full copy) or
+    ``split`` (the survivors agree through the store of the runtime's notices and each
+    writes 1/R of the state as its own verifiable part, R = survivors; see
+    :mod:`jitbench.runtime.writers`; without notices, or if the store fails, a full
+    copy as under ``all``)."""
+    split_grace_s: float = 2.0
+    """``writer_ranks = "split"``: how long a survivor waits for the others to announce
+    themselves (s)."""
     run_id: str = ""
     """Identity of the training job (e.g. a hash of its config), recorded in every
     manifest; restore refuses a directory holding parts of another run id."""

@@ -442,11 +442,14 @@ class Runtime:
         self._phase, self._phase_since = "boundary", time.monotonic()
 
     def write_checkpoint(self, kind: str, step: int, snapshot: dict,
-                         state: dict | None = None) -> ckpt.Part:
+                         state: dict | None = None,
+                         slice_of: tuple[int, int] | None = None) -> ckpt.Part:
         """Write this rank's part of the boundary after ``step`` (``save`` begin/end events).
 
         ``state``: the complete state to write, already copied (a background
         write); default: assembled now from the live state and ``snapshot``.
+        ``slice_of``: ``(i, n)``: only slice ``i`` of ``n`` (a split part,
+        :func:`jitbench.runtime.checkpoint.write_part`).
 
         Raises:
             CheckpointWriteError: the write failed, or the device never reached the
@@ -462,14 +465,15 @@ class Runtime:
             except DeviceCopyError as exc:
                 raise ckpt.CheckpointWriteError(str(exc)) from exc
             part = ckpt.write_part(self.config.ckpt_dir, kind, step, self.rank, self.world_size,
-                                   state, self.manifest_meta(), run_id=self.config.run_id)
+                                   state, self.manifest_meta(), run_id=self.config.run_id,
+                                   slice_of=slice_of)
         except ckpt.CheckpointWriteError as exc:
             self.events.emit("save", "end", kind=kind, step=step, ok=False, error=str(exc),
                              errno=exc.errno, durable=True)
             raise
         self.events.emit("save", "end", kind=kind, step=step, ok=True, part=part.path.name,
                          bytes=part.path.stat().st_size, dur_s=time.monotonic() - t0,
-                         durable=True)
+                         durable=True, **({"slice": list(slice_of)} if slice_of else {}))
         return part
 
     def save_periodic(self, step: int, kind: str = "periodic",

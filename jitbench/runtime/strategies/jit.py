@@ -5,7 +5,8 @@ optimizer state, which change only in the optimizer step after the gradient
 all-reduce. When a peer fails, a healthy replica blocks (or errors) in the
 next collective while still holding the state of the last iteration
 boundary; this strategy saves that state *then* (every survivor writes its
-own part), the facade ends the process so the elastic agent restarts the
+own part; with ``RuntimeConfig(writer_ranks="split")`` the survivors share it,
+each writing 1/R, :mod:`jitbench.runtime.writers`), the facade ends the process so the elastic agent restarts the
 job, and the restart restores the newest valid checkpoint, so at most one
 minibatch is re-executed per failure.
 
@@ -30,13 +31,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from jitbench.runtime.checkpoint import CheckpointWriteError
-from jitbench.runtime.config import EXIT_FAILURE, EXIT_FAILURE_SAVED
+from jitbench.runtime.config import EXIT_FAILURE, EXIT_FAILURE_SAVED, RuntimeConfig
 from jitbench.runtime.strategies.base import Strategy
+from jitbench.runtime.writers import agree_writers
 
 if TYPE_CHECKING:
     from jitbench.runtime.core import Runtime
 
-__all__ = ["JustInTime"]
+__all__ = ["WRITER_RANKS", "JustInTime"]
+
+WRITER_RANKS = ("all", "split")
+"""Values of ``RuntimeConfig.writer_ranks`` (see :class:`RuntimeConfig`)."""
 
 
 class JustInTime(Strategy):
@@ -67,6 +72,29 @@ class JustInTime(Strategy):
         if every > 0 and step % every == 0:
             rt.save_periodic(step)
 
+    @classmethod
+    def validate(cls, config: RuntimeConfig) -> None:
+        super().validate(config)
+        if config.writer_ranks not in WRITER_RANKS:
+            raise ValueError(f"writer_ranks must be one of {', '.join(WRITER_RANKS)}, "
+                             f"got {config.writer_ranks!r}")
+
+    def my_slice(self, rt: Runtime) -> tuple[int, int] | None:
+        """``(i, n)``: the slice this survivor writes under ``writer_ranks = "split"``
+        (:func:`jitbench.runtime.writers.agree_writers`); None: a full copy (``all``, a
+        single survivor, no notices' store, or the store failed)."""
+        notices = getattr(rt, "_notices", None)
+        if self.config.writer_ranks != "split" or notices is None or rt.world_size < 2:
+            return None
+        try:
+            writers = agree_writers(notices.store, rt.completed, rt.rank, rt.world_size,
+                                    self.config.split_grace_s)
+        except Exception as exc:  # noqa: BLE001 - the store is gone: write a full copy
+            rt.events.emit("error", where="split writers", error=repr(exc)[:300])
+            return None
+        rt.events.emit("writers", "point", step=rt.completed, writers=writers)
+        return (writers.index(rt.rank), len(writers)) if len(writers) > 1 else None
+
     def on_failure(self, rt: Runtime, trigger: str, phase: str) -> int:
         """Write this rank's JIT part of the last boundary.
 
@@ -83,7 +111,8 @@ class JustInTime(Strategy):
             # parameters and optimizer equal the last boundary; RNG and buffers
             # come from its snapshot
             try:
-                rt.write_checkpoint("jit", rt.completed, rt.boundary.snapshot)
+                rt.write_checkpoint("jit", rt.completed, rt.boundary.snapshot,
+                                    slice_of=self.my_slice(rt))
             except CheckpointWriteError:
                 return EXIT_FAILURE
             return EXIT_FAILURE_SAVED
