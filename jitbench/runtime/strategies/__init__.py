@@ -36,6 +36,9 @@ from jitbench.errors import SpecError
 __all__ = ["BACKSTOP", "REGISTRY", "Choice", "Entry", "check_available", "load", "names",
            "parse", "usage", "versions", "with_backstop"]
 
+SPLIT = "split"
+"""Option of ``jit``: ``jit:split=1`` is ``RuntimeConfig.writer_ranks = "split"``
+(:mod:`jitbench.runtime.writers`)."""
 BACKSTOP = "backstop"
 """The option of an entry that writes on failure (``jit``) which adds rank 0's
 periodic checkpoints every N steps (``jit:backstop=N``; default 0: none)."""
@@ -103,7 +106,9 @@ REGISTRY: dict[str, Entry] = {e.name: e for e in (
           "(jit:backstop=N: also a periodic checkpoint every N steps, the safety net when "
           "every JIT copy is lost)",
           options=((BACKSTOP, 0, "a synchronous periodic checkpoint by rank 0 every N "
-                                 "steps under JIT (0: none)"),)),
+                                 "steps under JIT (0: none)"),
+                   (SPLIT, 0, "1: the survivors share the JIT checkpoint, each writing 1/R "
+                              "of the state (0: each a full copy)"))),
     Entry("jit-inprocess", "jitbench.runtime.strategies.jit_inprocess:JitInProcess",
           "survivors keep their processes; the failed rank is replaced by a spare fed "
           "from a healthy replica", launcher="replicas"),

@@ -80,11 +80,12 @@ class JustInTime(Strategy):
                              f"got {config.writer_ranks!r}")
 
     def my_slice(self, rt: Runtime) -> tuple[int, int] | None:
-        """``(i, n)``: the slice this survivor writes under ``writer_ranks = "split"``
-        (:func:`jitbench.runtime.writers.agree_writers`); None: a full copy (``all``, a
+        """``(i, n)``: the slice this survivor writes under ``writer_ranks = "split"`` or
+        ``jit:split=1`` (:func:`jitbench.runtime.writers.agree_writers`); None: a full copy (``all``, a
         single survivor, no notices' store, or the store failed)."""
         notices = getattr(rt, "_notices", None)
-        if self.config.writer_ranks != "split" or notices is None or rt.world_size < 2:
+        split = self.config.writer_ranks == "split" or self.config.options.get("split")
+        if not split or notices is None or rt.world_size < 2:
             return None
         try:
             writers = agree_writers(notices.store, rt.completed, rt.rank, rt.world_size,
