@@ -16,9 +16,9 @@ Commit protocol (a part is visible only when complete):
 
 A checkpoint of a step needs exactly one committed part (``parts_needed: 1``
 in the manifest): every part is a full copy of the replicated state, so there
-is no multi-part commit to coordinate. (A sharded or per-rank format would
-need a commit marker written after every part is durable; this format has
-none because it needs none.)
+is no multi-part commit to coordinate. Split parts (below) are the exception:
+there the step counts only when every slice has a committed, valid part, which
+the reader checks (:func:`gather_slices`) instead of a commit marker.
 
 Split parts (``write_part(..., slice_of=(i, n))``, :data:`FORMAT_SPLIT`): the
 writers of a step share the state instead of each writing all of it; writer
