@@ -33,15 +33,16 @@ from jitbench.workloads import WorkloadConfig
 ])
 def test_backstop_forms(text, backstop, canonical):
     c = strategies.parse(text)
-    assert (c.name, c.interval, c.backstop, c.all_options()) == ("jit", 0, backstop,
-                                                                 {"backstop": backstop})
+    assert (c.name, c.interval, c.backstop, c.all_options()) == (
+        "jit", 0, backstop, {"backstop": backstop, "split": 0})
     assert str(c) == canonical and strategies.parse(str(c)) == c
     assert c.every == backstop
     assert c.writers == (("rank0", "on_failure") if backstop else ("on_failure",))
     st = Strategy.parse(text)  # the harness's form keeps the option
     assert str(st) == canonical and st.backstop == backstop
-    assert RunSpec(strategy=text).runtime_config("ck").options == {"backstop": backstop}
-    assert "jit[:backstop=N]" in strategies.usage()
+    assert RunSpec(strategy=text).runtime_config("ck").options == {"backstop": backstop,
+                                                                   "split": 0}
+    assert "jit[:backstop=N][:split=S]" in strategies.usage()
 
 
 @pytest.mark.parametrize("text, needle", [
@@ -49,7 +50,7 @@ def test_backstop_forms(text, backstop, canonical):
     ("jit:backstop=x", "backstop must be an integer >= 1, got 'x'"),
     ("jit:backstop=", "backstop must be an integer >= 1, got ''"),
     ("jit:backstop=2:backstop=3", "option backstop given twice"),
-    ("jit:5", "strategy 'jit:5': jit takes no interval (use jit or jit:backstop=N)"),
+    ("jit:5", "strategy 'jit:5': jit takes no interval (use jit or jit:backstop=N or jit:split=N)"),
     ("periodic:5:backstop=2", "periodic takes no options, not 'backstop'"),
     ("jit-inprocess:backstop=2", "jit-inprocess takes no options, not 'backstop'"),
 ])
@@ -117,7 +118,7 @@ def test_cli_backstop_becomes_the_strategy_of_the_spec():
     spec = build_spec(FaultOptions(fault="kill", fault_step=6), TrainingOptions(steps=20),
                       JobOptions(strategy="jit", backstop="periodic:4"), DetectionOptions())
     assert spec.strategy == "jit:backstop=4"
-    assert spec.runtime_config("ck").options == {"backstop": 4}
+    assert spec.runtime_config("ck").options == {"backstop": 4, "split": 0}
     plain = build_spec(FaultOptions(fault="kill", fault_step=6), TrainingOptions(steps=20),
                        JobOptions(strategy="jit"), DetectionOptions())
     assert plain.strategy == "jit"
