@@ -41,8 +41,10 @@ def parse_replicas(text: str) -> tuple[int, ...]:
 
 def io(
     ckpt_dir: Annotated[Path | None, typer.Option(
-        "--ckpt-dir", help="Directory measured (emptied, then left empty; default: a new "
-                           "temporary directory under --run-dir's filesystem).")] = None,
+        "--ckpt-dir", help="Directory measured: must be absent or empty (an existing file "
+                           "is never touched); the benchmark's own files are removed after "
+                           "each measurement. Default: a new temporary directory on "
+                           "--run-dir's filesystem.")] = None,
     run_dir: Annotated[Path, typer.Option(
         "--run-dir", help="Where the default --ckpt-dir is made (its filesystem is measured).")]
     = Path("."),
@@ -72,7 +74,8 @@ def io(
     if ckpt_dir is not None and ckpt_dir.exists() and not ckpt_dir.is_dir():
         raise InputError(f"--ckpt-dir {ckpt_dir} is not a directory")
     if ckpt_dir is not None and ckpt_dir.is_dir() and any(ckpt_dir.iterdir()):
-        raise InputError(f"--ckpt-dir {ckpt_dir} is not empty (it is emptied while measuring)")
+        raise InputError(f"--ckpt-dir {ckpt_dir} is not empty (give an absent or empty "
+                         "directory: the benchmark writes and removes its own files there)")
     if ckpt_dir is None and not run_dir.is_dir():
         raise InputError(f"--run-dir {run_dir} is not a directory")
 

@@ -163,7 +163,8 @@ class PartitionLink(_NetworkFault):
     ``duration_s`` (default: never)."""
 
     name = "partition"
-    summary = ("the target rank's node loses its link at step k, for duration_s or for good "
+    summary = ("namespaced nodes only: the target rank's node loses its link at step k, for "
+               "duration_s or for good "
                "(NIC/switch failure; peers hang)")
     params = {"duration_s": Param(float, None, "how long the link stays down (s); default: "
                                   "for good", low=0.0)}
@@ -179,7 +180,8 @@ class FlapLink(_NetworkFault):
     """``cycles`` times: link down for ``down_s``, then up for ``up_s``."""
 
     name = "link-flap"
-    summary = "the target rank's node's link goes down and up `cycles` times from step k"
+    summary = ("namespaced nodes only: the target rank's node's link goes down and up "
+               "`cycles` times from step k")
     params = {
         "down_s": Param(float, 3.0, "time the link is down in each cycle (s)", low=0.01),
         "up_s": Param(float, 3.0, "time the link is up between two downs (s)", low=0.0),
@@ -201,7 +203,8 @@ class SlowLink(_NetworkFault):
     ``tc netem``, removed after ``duration_s`` (default: never)."""
 
     name = "link-slow"
-    summary = "the target rank's node's link gets delay_ms latency and loss_pct loss (tc netem)"
+    summary = ("namespaced nodes only: the target rank's node's link gets delay_ms latency "
+               "and loss_pct loss (tc netem)")
     fails_job = False
     params = {
         "delay_ms": Param(float, 100.0, "added one-way latency of every packet sent (ms)",

@@ -225,6 +225,8 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     summary["restore_skipped"] = resume_skips + [sp for f in fails for sp in f.skipped_parts
                                                  if sp not in resume_skips]
     summary["final_checkpoint"] = final_checkpoint(evs)
+    if summary["final_checkpoint"]:
+        summary["final_checkpoint"]["ckpt_dir"] = str(spec.ckpt_dir or run_dir / "ckpt")
     summary["slow_windows"] = m.slow_windows
     if m.slow_windows:
         vals = [w["step_s"] for w in m.slow_windows if w["step_s"] is not None]
@@ -310,6 +312,7 @@ def decisions(summary: dict, entry: strategies.Entry) -> list[str]:
     out: list[str] = []
     res = summary.get("resumed_from")
     for part, reason in summary.get("restore_skipped") or []:
+        reason = str(reason).removeprefix(f"{part}: ")  # the checker's reasons name the file
         out.append(f"restore skipped {part}: {reason}")
     if res and res.get("step"):
         out.append(f"resumed from step {res['step']} ({res.get('kind')} checkpoint "
@@ -336,7 +339,8 @@ def decisions(summary: dict, entry: strategies.Entry) -> list[str]:
         out.append(line)
     fin = summary.get("final_checkpoint")
     if fin and fin.get("part"):
-        out.append(f"final checkpoint: step {fin['step']} ({fin['part']})")
+        where = f" in {fin['ckpt_dir']}" if fin.get("ckpt_dir") else ""
+        out.append(f"final checkpoint: step {fin['step']} ({fin['part']}{where})")
     elif fin:
         out.append(f"final checkpoint of step {fin['step']} not written: {fin.get('reason')}")
     elif (entry.writes == "on_failure" and summary.get("completed")

@@ -416,8 +416,9 @@ def test_corrupt_checkpoint_falls_back_and_says_so(storage_b):
     assert [p for p, _ in f["skipped_parts"]] == ["periodic_step00000006_rank00000.pt"]
     assert "SHA-256 mismatch" in f["skipped_parts"][0][1]
     assert s["restore_skipped"] == f["skipped_parts"]  # the summary says so too
-    assert (f"restore skipped periodic_step00000006_rank00000.pt: {f['skipped_parts'][0][1]}"
-            in s["decisions"])  # and the console: one line with the reason
+    name, why = f["skipped_parts"][0]
+    assert (f"restore skipped {name}: {why.removeprefix(f'{name}: ')}"
+            in s["decisions"])  # and the console: one line with the reason, the part once
     [restore] = events(run_dir, "restore", phase="end", rank=0, attempt=2)
     assert restore["skipped"] == f["skipped_parts"]
     assert f["replayed_steps"] == 4

@@ -31,9 +31,9 @@ def test_jit_says_what_it_wrote_and_a_resume_says_where_it_came_from(tmp_path):
     ckpt = tmp_path / "ckpt"
     s, out = _run(tmp_path / "first", "--ckpt-dir", str(ckpt), "--final-checkpoint")
     part = "final_step00000004_rank00000.pt"
-    assert s["final_checkpoint"] == {"step": 4, "part": part}
-    assert s["decisions"] == [f"final checkpoint: step 4 ({part})"]
-    assert f"final checkpoint: step 4 ({part})" in out
+    assert s["final_checkpoint"] == {"step": 4, "part": part, "ckpt_dir": str(ckpt.resolve())}
+    said = f"final checkpoint: step 4 ({part} in {ckpt.resolve()})"
+    assert s["decisions"] == [said] and said in out
     assert (ckpt / part).is_file() and s["completed"] is True
 
     s, out = _run(tmp_path / "again", "--ckpt-dir", str(ckpt))
@@ -49,7 +49,7 @@ def test_jit_says_what_it_wrote_and_a_resume_says_where_it_came_from(tmp_path):
     assert s["resumed_from"] == {"step": 0, "kind": None, "part": None,
                                  "ckpt_dir": str(ckpt.resolve()),
                                  "skipped": [[part, why]]}
-    said = [f"restore skipped {part}: {why}",
+    said = [f"restore skipped {part}: {why.removeprefix(f'{part}: ')}",  # named once
             f"no readable checkpoint left in {ckpt.resolve()}: started from step 0",
             "no checkpoint was needed: jit writes one only when a peer fails "
             "(--final-checkpoint writes one at the end for a later run)"]

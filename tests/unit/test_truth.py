@@ -371,7 +371,8 @@ def test_decisions_say_each_resume_skip_fallback_and_missing_checkpoint():
         return {"event": "restore", "phase": "end", "attempt": attempt, "step": step,
                 "gen": 0, "rank": 0, **kw}
 
-    bad = ["periodic_step00000006_rank00000.pt", "SHA-256 mismatch"]
+    bad = ["periodic_step00000006_rank00000.pt",
+           "periodic_step00000006_rank00000.pt: SHA-256 mismatch"]  # as the checker says it
     evs = [restore(0, 3, kind="periodic", source="periodic_step00000003_rank00000.pt",
                    skipped=[bad]), restore(0, 3, rank=1), restore(1, 5)]
     res = resumed_from(evs, "/c")
@@ -387,7 +388,7 @@ def test_decisions_say_each_resume_skip_fallback_and_missing_checkpoint():
              {"fault_step": 12, "fault_rank": 1, "fallback": lost},
              {"fault_step": 14, "fault_rank": 0, "fallback": None}]}
     assert decisions(s, jit) == [
-        f"restore skipped {bad[0]}: {bad[1]}",
+        f"restore skipped {bad[0]}: SHA-256 mismatch",  # the part named once
         "resumed from step 3 (periodic checkpoint periodic_step00000003_rank00000.pt in /c)",
         lost]
     gone = "every member of generation 1 is gone (no replica survived)"
