@@ -218,8 +218,14 @@ class Runtime:
     def set_notices(self, notices: Any) -> None:
         """Use ``notices`` (:class:`~jitbench.runtime.notice.PeerNotices`): poll it every
         tick, and post to it on failures raised with ``notify`` (a fatal Xid, a
-        failed periodic write), so the peers leave at once with the reason."""
-        self._notices = notices
+        failed periodic write), so the peers leave at once with the reason. Notices set
+        before (an earlier generation's, after an in-process recovery) are no longer
+        polled and are closed (their poller thread ends)."""
+        old, self._notices = self._notices, notices
+        if old is not None:
+            self.watchdog.remove_check(old.check)
+            if hasattr(old, "close"):
+                old.close()
         self.add_check(notices.check)
 
     def set_strategy(self, strategy: str, interval: int = 0,

@@ -59,6 +59,7 @@ class PeerNotices:
         self._want, self._done = threading.Event(), threading.Event()
         self._busy = False
         self._found: dict | None = None
+        self._closed = False
         self.stalled = 0
         """Polls that returned while a round trip was still in flight (store unreachable)."""
 
@@ -93,7 +94,7 @@ class PeerNotices:
         """A peer's notice as a failure for the runtime (trigger ``notice``), or None.
 
         Waits at most ``check_wait_s`` (see the module docstring)."""
-        if self._posted or self._seen:
+        if self._posted or self._seen or self._closed:
             return None
         if self._found is None:
             if self._busy:  # the last round trip has not come back
@@ -112,10 +113,18 @@ class PeerNotices:
             self._seen = True
         return found
 
+    def close(self) -> None:
+        """Stop polling: the poller thread ends once its round trip in flight, if any,
+        returns; :meth:`check` returns None from now on (idempotent)."""
+        self._closed = True
+        self._want.set()
+
     def _loop(self) -> None:
         while True:
             self._want.wait()
             self._want.clear()
+            if self._closed:
+                return
             self._poll()
             self._busy = False
             self._done.set()

@@ -124,6 +124,10 @@ class Watchdog:
         """Poll ``check`` every tick (see :data:`Check`)."""
         self._checks.append(check)
 
+    def remove_check(self, check: Check) -> None:
+        """Stop polling ``check`` (absent: nothing happens)."""
+        self._checks = [c for c in self._checks if c != check]
+
     def is_current(self) -> bool:
         """Whether the calling thread is the watchdog thread."""
         return threading.current_thread() is self._thread

@@ -481,3 +481,31 @@ def test_peer_notices_poll_never_holds_the_watchdog():
     while (res := n.check()) is None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert res["reason"] == "rank 1: late" and n.check() is None
+
+
+def test_new_notices_close_the_old_ones_and_their_poller_thread(tmp_path):
+    """An in-process recovery sets the next generation's notices: the old ones are no
+    longer polled and their poller thread ends (a survivor held one more thread per
+    recovery than a newcomer)."""
+    from jitbench.runtime.config import RuntimeConfig
+    from jitbench.runtime.core import Runtime
+
+    class Quiet:
+        def add(self, key, n):
+            return 0
+
+    rt = Runtime(RuntimeConfig(strategy="none", ckpt_dir=str(tmp_path / "ck"), poll_s=0.01),
+                 EventLog(tmp_path / "e.jsonl", 0, 0), 0, 2)
+    try:
+        old, new = PeerNotices(Quiet(), 0, 2), PeerNotices(Quiet(), 0, 2)
+        rt.set_notices(old)
+        deadline = time.monotonic() + 5
+        while not (old._poller and old._poller.is_alive()) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the watchdog polls it and starts its poller
+        assert old._poller is not None and old._poller.is_alive()
+        rt.set_notices(new)
+        old._poller.join(5)
+        assert not old._poller.is_alive() and old.check() is None
+        assert old.check not in rt.watchdog._checks and new.check in rt.watchdog._checks
+    finally:
+        rt.close()
