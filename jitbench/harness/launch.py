@@ -138,23 +138,34 @@ def hosts_endpoint(rdzv_endpoint: str) -> bool:
     for it until its timeout. Loopback and names are left to torch (on loopback every
     local agent may host, and torch falls back to a client when the port is taken).
     """
-    import ipaddress
     import socket
 
-    host = rdzv_endpoint.rsplit(":", 1)[0].strip("[]")
-    try:
-        addr = ipaddress.ip_address(host)
-    except ValueError:
+    ip = _endpoint_ip(rdzv_endpoint)
+    if ip is None:
         return False
-    if addr.is_loopback or addr.is_unspecified:
-        return False
-    family = socket.AF_INET6 if addr.version == 6 else socket.AF_INET
     try:
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
+        with socket.socket(ip[1], socket.SOCK_STREAM) as s:
+            s.bind((ip[0], 0))
     except OSError:
         return False
     return True
+
+
+def _endpoint_ip(rdzv_endpoint: str) -> tuple[str, int, str] | None:
+    """``(host, socket family, port)`` of a ``HOST:PORT`` endpoint whose host is an IP
+    address other than loopback or unspecified; None for a name or such an address."""
+    import ipaddress
+    import socket
+
+    host, _, port = rdzv_endpoint.rpartition(":")
+    host = host.strip("[]")
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if addr.is_loopback or addr.is_unspecified:
+        return None
+    return host, socket.AF_INET6 if addr.version == 6 else socket.AF_INET, port
 
 
 def local_addr(rdzv_endpoint: str) -> str | None:
@@ -168,18 +179,12 @@ def local_addr(rdzv_endpoint: str) -> str | None:
     is an address the other nodes cannot reach, and the workers wait in
     ``init_process_group`` until its timeout.
     """
-    import ipaddress
     import socket
 
-    host, _, port = rdzv_endpoint.rpartition(":")
-    host = host.strip("[]")
-    try:
-        addr = ipaddress.ip_address(host)
-    except ValueError:
+    ip = _endpoint_ip(rdzv_endpoint)
+    if ip is None:
         return None
-    if addr.is_loopback or addr.is_unspecified:
-        return None
-    family = socket.AF_INET6 if addr.version == 6 else socket.AF_INET
+    host, family, port = ip
     try:
         with socket.socket(family, socket.SOCK_DGRAM) as s:
             s.connect((host, int(port or 9)))
