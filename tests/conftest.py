@@ -175,3 +175,13 @@ def _seed(seed: int) -> None:
 
 def _no_exit(code: int) -> None:
     raise RuntimeError(f"the runtime tried to end the process with status {code}")
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (the OS picks it: bind port 0), for a rendezvous
+    endpoint of agents started as separate processes."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -11,25 +11,21 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port
+
 pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.heavy,
               pytest.mark.timeout(420)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def test_three_agents_of_a_node_range_recover_from_a_kill(tmp_path: Path):
-    args = ["--nnodes", "2:3", "--nproc", "1", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
+    args = ["--nnodes", "2:3", "--nproc", "1", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
             "--run-dir", str(tmp_path / "run"), "--steps", "12", "--size", "tiny",
             "--fault", "kill", "--fault-rank", "1", "--fault-step", "4", "--hang-first-s", "15",
             "--max-restarts", "3", "--timeout-s", "180", "--json"]
