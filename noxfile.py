@@ -23,9 +23,10 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def heavy(session: nox.Session) -> None:
-    """Tables of multi-process runs kept out of the CI suite for time (the fault-kind
-    matrix of in-process recovery, every example of ``launch`` under every fault, every
-    ``inmem`` cell)."""
+    """Tables of multi-process runs kept out of the CI suite for time (the fault x point
+    x strategy matrix, the fault-kind matrix of in-process recovery, every cell of the
+    JIT, in-process, ``inmem``, ``launch`` and transparent-JIT tables, the sweeps, the
+    campaigns and the overhead launches; README's "Development")."""
     session.run("python", "-m", "pytest", "-m", "heavy", *session.posargs)
 
 
@@ -57,7 +58,7 @@ def startup(session: nox.Session) -> None:
 def figures(session: nox.Session) -> None:
     """Re-measure README's main job (3 repeats: benchmarks/main-job-cpu.json), then rewrite
     every figure block of README.md from the committed files under benchmarks/.
-    ``nox -s figures -- suite`` also times README's test command (about 22 minutes on 2
+    ``nox -s figures -- suite`` also times README's test command (25-30 minutes on 2
     cores: benchmarks/suite-cpu.json); the other tables have their own sweeps
     (benchmarks/README.md)."""
     session.run("python", "benchmarks/main_job.py", "benchmarks/main-job-cpu.json",

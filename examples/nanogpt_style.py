@@ -94,6 +94,10 @@ def main():
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--gradient-accumulation-steps", type=int, default=2)
+    p.add_argument("--n-layer", type=int, default=1)
+    p.add_argument("--n-head", type=int, default=2)
+    p.add_argument("--n-embd", type=int, default=32)
+    p.add_argument("--vocab-size", type=int, default=32)
     p.add_argument("--learning-rate", type=float, default=1e-3)
     p.add_argument("--min-lr", type=float, default=1e-4)
     p.add_argument("--warmup-iters", type=int, default=4)
@@ -114,8 +118,9 @@ def main():
     master = rank == 0
     torch.manual_seed(args.seed)
 
-    vocab = 32
-    model = GPT(vocab, args.block_size, n_layer=1, n_head=2, n_embd=32).to(device)
+    vocab = args.vocab_size
+    model = GPT(vocab, args.block_size, n_layer=args.n_layer, n_head=args.n_head,
+                n_embd=args.n_embd).to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},

@@ -23,7 +23,7 @@ from __future__ import annotations
 from enum import IntEnum
 
 __all__ = ["DataError", "ExitStatus", "IncomparableError", "InputError", "JitbenchError",
-           "RunDirError", "ScheduleError", "SpecError"]
+           "RunDirError", "RunFailedError", "ScheduleError", "SpecError"]
 
 
 class ExitStatus(IntEnum):
@@ -65,6 +65,13 @@ class ScheduleError(InputError):
 
 class DataError(InputError):
     """The workload's data cannot be used (missing, empty, unreadable, corrupt)."""
+
+
+class RunFailedError(JitbenchError):
+    """A training job the command needs did not complete (the message says why): exit
+    status 3."""
+
+    exit_status = ExitStatus.RUN_FAILED
 
 
 class IncomparableError(JitbenchError, ValueError):

@@ -45,11 +45,16 @@ class Field:
 
 
 SCHEMA: tuple[Field, ...] = (
-    Field("workload", "", "workload name (gpt, resnet)"),
+    Field("workload", "", "workload name (gpt, resnet; script:NAME for a launched script "
+                          "in a sweep)"),
+    Field("script", "", "a launched script's path (or module); empty for a built-in workload"),
     Field("size", "", "model size by name (empty: the workload's default)"),
     Field("strategy", "", "checkpointing strategy as written (jit, periodic:5, ...)"),
     Field("faults", "", "the fault plan, kind@rank:step joined by commas"),
     Field("world_size", "ranks", "ranks of the job"),
+    Field("parallel", "", "how the model is spread over the ranks: ddp, or hsdp:RxS (R "
+                          "replica groups x S shards); empty (older records, launched "
+                          "scripts): ddp"),
     Field("steps", "steps", "optimizer steps of the training"),
     Field("seed", "", "seed of init, data order and random faults"),
     Field("detect_s", "s", "fault injected -> first survivor declares the failure "
@@ -76,6 +81,8 @@ SCHEMA: tuple[Field, ...] = (
                                               "(sum over failures)"),
     Field("replay_ok", "bool", "every failure replayed exactly the expected steps (jit: <= 1, "
           "unless under jit:backstop=N no JIT checkpoint survived; inmem:N from memory: <= N)"),
+    Field("replay_promised", "bool", "the strategy promises a replay bound (false: a launched "
+          "script's own recovery, whose replay_ok is empty and not judged; empty: true)"),
     Field("last_commit_step", "steps", "newest step committed in the checkpoint directory "
                                        "when the last failure's recovery began (its manifest "
                                        "renamed into place, whatever its writer logged)"),
@@ -263,7 +270,8 @@ def verdict(summary: dict, strict: bool = False) -> tuple[ExitStatus, str]:
     (3); the final state differs from the reference (4; not for a strategy whose
     summary says ``bitwise_promised`` false, such as ``torchft``); ``jit`` replayed more
     than one step in a failure, or a failure replayed other than the steps since
-    the newest committed checkpoint (4); a planned fault never fired and nothing
+    the newest committed checkpoint (4; not for a summary with ``replay_promised``
+    false: a launched script's own recovery); a planned fault never fired and nothing
     was injected (3; when others fired, 0 with a warning in the reason);
     otherwise 0.
 
@@ -310,7 +318,11 @@ def verdict(summary: dict, strict: bool = False) -> tuple[ExitStatus, str]:
         return ExitStatus.RUN_FAILED, ("the job finished before the replacement joined: "
                                        "recovery was never reached (run more steps after "
                                        "the fault)")
-    if _is(s.get("replay_ok"), False) or (strict and not _is(s.get("replay_ok"), True)):
+    # a launched script's own recovery promises no replay bound (``replay_promised``
+    # false): its replayed steps are reported, not judged
+    promised = not _is(s.get("replay_promised"), False)
+    if promised and (_is(s.get("replay_ok"), False)
+                     or (strict and not _is(s.get("replay_ok"), True))):
         if not bitwise:
             return ExitStatus.INCORRECT, (f"{s.get('strategy')} broke its promise: "
                                           f"{s.get('replay_promise')}")

@@ -14,6 +14,30 @@ from jitbench.harness.spec import RunSpec
 from jitbench.workloads import WorkloadConfig
 
 
+def one_rank_runtime(tmp_path: Path, strategy: str = "jit", exit_fn=None, **config):
+    """``(rt, model, optimizer)``: a :class:`~jitbench.runtime.core.Runtime` of rank 0 in a
+    world of 1 (events under ``tmp_path/ev``, checkpoints under ``tmp_path/ck``, no hang
+    bound to speak of) with a registered ``Linear(2, 2)`` and SGD, restored at step 0.
+    ``exit_fn``: called with the exit code instead of ending the process. Close ``rt``."""
+    import torch
+
+    from jitbench.runtime.config import RuntimeConfig
+    from jitbench.runtime.core import Runtime
+    from jitbench.runtime.events import EventLog
+
+    config.setdefault("hang_first_s", 600)
+    rt = Runtime(RuntimeConfig(strategy=strategy, ckpt_dir=str(tmp_path / "ck"), **config),
+                 EventLog(tmp_path / "ev" / "attempt000_rank00000.jsonl", 0, 0), 0, 1,
+                 **({} if exit_fn is None else {"exit_fn": exit_fn}))
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rt.register(model, opt)
+    if rt.restore().step != 0:
+        rt.close()
+        raise AssertionError("a fresh runtime restored a checkpoint")
+    return rt, model, opt
+
+
 def small_spec(steps: int = 12, faults: list[FaultSpec] | None = None, strategy: str = "jit",
                nproc: int = 2, **kw) -> RunSpec:
     """A tiny GPT spec that runs in seconds on 2 cores."""

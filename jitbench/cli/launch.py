@@ -54,7 +54,8 @@ class ScriptOptions:
 
     strategy: Annotated[str, typer.Option(
         help="own: the script recovers by itself (its own checkpoints, or from step 0); "
-             "jit: transparent JIT checkpointing (not built yet for launched scripts).")
+             "jit: transparent JIT checkpointing: the survivors save at the failure, the "
+             "restart fast-forwards the script's loop to the saved step (README: support matrix).")
     ] = "own"
     nproc: Nproc = 2
     nnodes: Nnodes = "1"
@@ -173,6 +174,9 @@ def launch(faults: FaultOptions, job: ScriptOptions, detection: DetectionOptions
                              timeout_s=output.timeout_s, reference_from=job.reference_dir)
     summary = outcome.summary
     show_summary(summary, outcome.run_dir, output.as_json)
+    if not output.as_json:
+        for warning in summary.get("warnings") or []:
+            console.line(f"warning: {warning}")
     status, message = outcome_status(summary, spec.strategy, outcome.run_dir, output.timeout_s)
     if message:
         console.line(message)

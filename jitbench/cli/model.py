@@ -15,16 +15,16 @@ LLAMA3_MTBF_HOURS_PER_GPU = 16_384 * 54 * 24 / 419
 3.3.4): 419 unexpected interruptions in 54 days of pre-training on 16,384 GPUs."""
 
 
-def parse_gpus(text: str) -> list[int]:
+def parse_gpus(text: str, flag: str = "--gpus") -> list[int]:
     """``"8,64"`` -> ``[8, 64]``.
 
     Raises:
-        InputError: not comma-separated integers.
+        InputError: not comma-separated integers (named as ``flag``).
     """
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise InputError(f"--gpus: expected comma-separated integers, got {text!r}") from None
+        raise InputError(f"{flag}: expected comma-separated integers, got {text!r}") from None
 
 
 def model(
@@ -42,10 +42,23 @@ def model(
     detect_s: Annotated[float, typer.Option(help="Failure detection latency (s).")] = 30.0,
     save_s: Annotated[float, typer.Option(help="JIT checkpoint save (s).")] = 30.0,
     restore_s: Annotated[float, typer.Option(help="Checkpoint restore (s).")] = 60.0,
-    from_results: Annotated[Path | None, typer.Option(
-        help="Records table (CSV/Parquet) of measured runs, or a sweep directory: its "
-        "medians replace the costs not given as flags.")]
+    from_results: Annotated[list[Path] | None, typer.Option(
+        help="Records table (CSV/Parquet) of measured runs, or a sweep or run directory: its "
+        "medians replace the costs not given as flags (rows of --parallel hsdp:RxS runs: the "
+        "costs and replicas per shard of a sharded job). Also (repeat the option) a "
+        "`jitbench io` CSV: its seconds per GB give the save, restore and checkpoint costs.",
+        metavar="PATH")]
     = None,
+    state_gb: Annotated[float | None, typer.Option(
+        help="Training state (model + optimizer) in GB to scale the io table's seconds per "
+        "GB to; default the state the io table measured.", show_default=False)] = None,
+    split_writers: Annotated[int | None, typer.Option(
+        help="Take the JIT save (and restore) of this many split writers from the io table "
+        "(one of its `split save R=` rows) instead of one writer's.", show_default=False)]
+    = None,
+    crossover_replicas: Annotated[str, typer.Option(
+        help="HSDP replicas per shard whose jit vs periodic crossover is shown beside plain "
+        "data parallel (the measured R is added; 1 is full sharding).")] = "1,2,4,8",
     horizon_hours: Annotated[float, typer.Option(help="Simulated job length (h).")] = 720.0,
     trials: Annotated[int, typer.Option(help="Monte Carlo trials per point.")] = 100,
     seed: Annotated[int, typer.Option(help="Seed of the simulated failure traces.")] = 0,
@@ -63,7 +76,9 @@ def model(
     given = frozenset(k for k in RESULT_COLUMNS.values()
                       if getattr(ctx.get_parameter_source(k), "name", None) == "COMMANDLINE")
     code = model_main(parse_gpus(gpus), mtbf_hours_per_gpu, step_s, checkpoint_s, restart_s,
-                      detect_s, save_s, restore_s, from_results, horizon_hours, trials, seed,
-                      as_json, out, explicit=given)
+                      detect_s, save_s, restore_s, from_results or None, horizon_hours, trials,
+                      seed, as_json, out, explicit=given, state_gb=state_gb,
+                      split_writers=split_writers,
+                      crossover_replicas=parse_gpus(crossover_replicas, "--crossover-replicas"))
     if code:
         raise typer.Exit(code)

@@ -19,18 +19,20 @@ from jitbench.cli.options import (
     check_sizes,
     csv_list,
 )
-from jitbench.errors import ExitStatus
+from jitbench.errors import ExitStatus, InputError
 
 if TYPE_CHECKING:
     from rich.table import Table
+
+    from jitbench.harness.script import ScriptSpec
 
 
 def overhead(
     workload: Workload = "gpt",
     size: Annotated[str | None, typer.Option(help="Model size by name.")] = None,
-    strategies: Annotated[str, typer.Option(help="Comma-separated strategies (none is "
-                                                 "always included).")]
-    = "none,jit,periodic:10,periodic-async:10",
+    strategies: Annotated[str | None, typer.Option(
+        help="Comma-separated strategies (none is always included). Default: "
+             "none,jit,periodic:10,periodic-async:10; for a script: none,own,jit.")] = None,
     segment_steps: Annotated[int, typer.Option(help="Measured steps per segment (a "
                                                     "multiple of every interval).")] = 20,
     repeats: Annotated[int | None, typer.Option(
@@ -51,24 +53,48 @@ def overhead(
     = None,
     overwrite: OverwriteOut = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    command: Annotated[list[str] | None, typer.Argument(
+        help="After --: a training script and its arguments (as for jitbench launch): "
+             "measure the overhead of jitbench's hooks (own) and of transparent JIT (jit) "
+             "on it against the script as torchrun runs it (none).", show_default=False)]
+    = None,
 ) -> None:
     """Steady-state overhead of each strategy versus none.
 
     Every strategy fault-free, in segments of one launch ordered by a balanced
     (Williams) design with an A/A control; strategies with their own launcher
     (jit-inprocess, the peers) one launch per strategy and repeat, in the same order.
-    Overheads come with 95% bootstrap intervals."""
+    Overheads come with 95% bootstrap intervals. With a script after --
+    (jitbench overhead [OPTIONS] -- SCRIPT.py ARGS) one launch per arm and
+    repeat: the script alone, under jitbench's hooks, and under transparent JIT."""
     from jitbench.harness.overhead import OverheadConfig, run_overhead
     from jitbench.harness.spec import RunSpec
-    from jitbench.workloads import WorkloadConfig
 
-    if size:
-        check_sizes({workload: size})
+    script = command is not None and len(command) > 0
+    if strategies is None:
+        strategies = "none,own,jit" if script else "none,jit,periodic:10,periodic-async:10"
     cfg = OverheadConfig(strategies=csv_list(strategies), segment_steps=segment_steps,
                          repeats=repeats, warmup_steps=warmup_steps,
-                         segment_warmup=segment_warmup, seed=order_seed)
-    base = RunSpec(workload=WorkloadConfig(name=workload, size=size, batch_size=batch_size,
-                                           seed=seed), nproc=nproc, backend=backend)
+                         segment_warmup=segment_warmup, seed=order_seed, script=script)
+    base: RunSpec | ScriptSpec
+    if script:
+        from jitbench.cli.launch import parse_command
+        from jitbench.harness.script import ScriptSpec
+
+        if size:
+            raise InputError("--size is a built-in workload's: a script sizes itself (pass "
+                             "its own options after --)")
+        path, module, args = parse_command(command)
+        base = ScriptSpec(script=path, module=module, args=args, nproc=nproc)
+        workload = base.name
+    else:
+        from jitbench.workloads import WorkloadConfig
+
+        if size:
+            check_sizes({workload: size})
+        base = RunSpec(workload=WorkloadConfig(name=workload, size=size,
+                                               batch_size=batch_size, seed=seed),
+                       nproc=nproc, backend=backend)
     base.validate()
     cfg.validate()
     if out_dir is None:
@@ -116,6 +142,8 @@ def overhead_table(rows: list[dict], meta: dict) -> Table:
                    "within noise" if wn else
                    "slower" if r["overhead_pct"] > 0 else "faster")
         name = "none (A/A control)" if r["strategy"] == "none-aa" else r["strategy"]
+        if meta.get("script") and name == "none":
+            name = "none (plain torchrun)"
         lo, hi = r.get("overhead_pct_lo"), r.get("overhead_pct_hi")
         med = r.get("overhead_pct_median", r["overhead_pct"])
         tab.add_row(name, f"{r['step_s']:.4f}", f"{r['overhead_pct']:+.2f}",

@@ -210,7 +210,11 @@ class JobOptions:
         help="Hot spares waiting to replace a failed rank (jit-inprocess; default 1; 0: "
              "the failed rank's own agent restarts it).")] = None
     deterministic_reduce: Annotated[bool, typer.Option(
-        help="Rank-ordered gradient sum (bitwise across restarts).")] = True
+        help="Rank-ordered gradient sum (bitwise across restarts; ddp only).")] = True
+    parallel: Annotated[str, typer.Option(
+        help="ddp (every rank a full replica) or hsdp:RxS (gpt: FSDP2 hybrid sharding, R "
+             "replica groups x S shards, R x S = world size; strategies jit, "
+             "jit:backstop=N, periodic:N, none).")] = "ddp"
     ckpt_dir: Annotated[Path | None, typer.Option(
         help="Checkpoint directory (default RUN_DIR/ckpt); an existing one must hold this "
              "same training's checkpoints and the run resumes from it.")] = None
@@ -274,7 +278,7 @@ def build_spec(faults: FaultOptions, training: TrainingOptions, job: JobOptions,
                    max_restarts=job.max_restarts, spares=job.spares,
                    hang_floor_s=detection.hang_floor_s,
                    hang_factor=detection.hang_factor, hang_first_s=detection.hang_first_s,
-                   deterministic_reduce=job.deterministic_reduce,
+                   deterministic_reduce=job.deterministic_reduce, parallel=job.parallel,
                    ckpt_dir=str(job.ckpt_dir.resolve()) if job.ckpt_dir is not None else None,
                    mtbf_s=parse_duration_s(job.mtbf), final_checkpoint=job.final_checkpoint)
     choice = strategies.parse(strategy)

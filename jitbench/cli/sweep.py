@@ -1,4 +1,9 @@
-"""``jitbench sweep``: workloads x strategies x faults into one results table."""
+"""``jitbench sweep``: workloads x strategies x faults into one results table.
+
+A workload is a built-in one (``--workloads``) or a user's training script
+(``--script PATH``, repeatable, with ``--script-args``), launched in each of
+its cells as ``jitbench launch`` launches it.
+"""
 
 from __future__ import annotations
 
@@ -17,16 +22,25 @@ from jitbench.cli.options import (
     FaultRank,
     Mtbf,
     OverwriteOut,
-    Strategies,
     check_sizes,
     csv_list,
     parse_duration_s,
 )
 from jitbench.errors import SpecError
 from jitbench.records import ExitStatus, verdict
+from jitbench.runtime.strategies import usage as strategies_usage
 
 if TYPE_CHECKING:
     from rich.table import Table
+
+    from jitbench.harness.sweep import SweepScript
+
+DEFAULT_WORKLOADS = "gpt,resnet"
+"""``--workloads`` without ``--script`` (with it, only the scripts run unless given)."""
+DEFAULT_STRATEGIES = "jit,periodic:5,periodic-async:5,none"
+"""``--strategies`` of built-in workloads alone."""
+SCRIPT_STRATEGIES = "own,jit"
+"""``--strategies`` of scripts alone; beside built-in workloads only ``jit`` (both take it)."""
 
 
 def parse_sizes(text: str | None) -> dict[str, str]:
@@ -47,9 +61,52 @@ def parse_sizes(text: str | None) -> dict[str, str]:
     return sizes
 
 
+def parse_scripts(paths: list[Path] | None, args: list[str] | None) -> list[SweepScript]:
+    """The ``--script`` options with their ``--script-args`` (the k-th belongs to the
+    k-th script; none at all: every script runs without arguments), each split as a
+    shell would split it. Paths are made absolute.
+
+    Raises:
+        SpecError: ``--script-args`` given a different number of times than
+            ``--script``, or unbalanced quotes (one line).
+    """
+    import shlex
+
+    from jitbench.harness.sweep import SweepScript
+
+    paths, args = list(paths or []), list(args or [])
+    if args and len(args) != len(paths):
+        raise SpecError(f"--script-args belongs to a --script: give it once per --script, in "
+                        f"the same order (got {len(args)} --script-args for {len(paths)} "
+                        "--script; --script-args '' for a script without arguments)")
+    out = []
+    for i, path in enumerate(paths):
+        try:
+            words = shlex.split(args[i]) if args else []
+        except ValueError as exc:
+            raise SpecError(f"--script-args {args[i]!r}: {exc}") from None
+        out.append(SweepScript(path=str(Path(path).resolve()), args=words))
+    return out
+
+
 def sweep(
-    workloads: Annotated[str, typer.Option(help="Comma-separated workloads.")] = "gpt,resnet",
-    strategies: Strategies = "jit,periodic:5,periodic-async:5,none",
+    workloads: Annotated[str | None, typer.Option(
+        help=f"Comma-separated workloads (default {DEFAULT_WORKLOADS}; with --script, none "
+             "unless given).", show_default=False)] = None,
+    scripts: Annotated[list[Path] | None, typer.Option(
+        "--script", help="Also sweep this training script (repeatable): each cell launches "
+                         "it as 'jitbench launch -- SCRIPT ARGS' does; its rows' workload is "
+                         "script:NAME. Strategies: own and jit only.", show_default=False)]
+    = None,
+    script_args: Annotated[list[str] | None, typer.Option(
+        "--script-args", help="The script's arguments, one string split as a shell would "
+                              "(once per --script, in order); {run_dir} becomes each launch's "
+                              "run directory, {seed} the cell's seed.", show_default=False)]
+    = None,
+    strategies: Annotated[str | None, typer.Option(
+        help=f"Comma-separated strategies ({strategies_usage()}). Default: "
+             f"{DEFAULT_STRATEGIES}; with --script alone {SCRIPT_STRATEGIES} (own: the script's "
+             "own recovery); with both, jit.", show_default=False)] = None,
     faults: Annotated[str, typer.Option(help="Comma-separated fault kinds.")]
     = "kill,nccl-hang",
     seeds: Annotated[str, typer.Option(help="Comma-separated seeds.")] = "0",
@@ -81,7 +138,8 @@ def sweep(
 ) -> None:
     """Run workloads x strategies x faults into one results table.
 
-    Each cell (x seeds x repeats) is one run with its fault-free reference."""
+    Each cell (x seeds x repeats) is one run with its fault-free reference. A
+    --script is a workload too: its cells launch it as 'jitbench launch' does."""
     from jitbench.harness.sweep import SweepConfig, run_sweep
     size_map = parse_sizes(sizes)
     check_sizes(size_map)
@@ -89,7 +147,14 @@ def sweep(
         seed_list = [int(s) for s in csv_list(seeds)]
     except ValueError:
         raise SpecError(f"--seeds takes comma-separated integers, got {seeds!r}") from None
-    cfg = SweepConfig(workloads=csv_list(workloads), strategies=csv_list(strategies),
+    script_list = parse_scripts(scripts, script_args)
+    if workloads is None:
+        workloads = "" if script_list else DEFAULT_WORKLOADS
+    if strategies is None:
+        strategies = (DEFAULT_STRATEGIES if not script_list else
+                      "jit" if csv_list(workloads) else SCRIPT_STRATEGIES)
+    cfg = SweepConfig(workloads=csv_list(workloads), scripts=script_list,
+                      strategies=csv_list(strategies),
                       faults=csv_list(faults), seeds=seed_list, repeats=repeats, steps=steps,
                       fault_step=fault_step, fault_rank=fault_rank, nproc=nproc,
                       backend=backend, batch_size=batch_size, sizes=size_map,

@@ -41,7 +41,10 @@ def attach(rt: Any, plan: list[FaultSpec], *, rank: int, attempt: int, world_siz
 
     Args:
         rt: the :class:`~jitbench.runtime.core.Runtime` (gets the notices and the
-            GPU health check).
+            GPU health check; its ``leaving`` and ``leave_lock`` make the injector
+            hold a fault that falls due while the process is ending, so a dying
+            process never consumes it). A stand-in needs ``set_notices``,
+            ``add_check``, ``leaving`` and ``leave_lock``.
         plan: the run's faults (all ranks).
         notice_store: a store client with its own connection, namespaced per
             attempt (for :class:`~jitbench.runtime.notice.PeerNotices`).
@@ -53,7 +56,8 @@ def attach(rt: Any, plan: list[FaultSpec], *, rank: int, attempt: int, world_siz
     rt.add_check(GpuHealth(probe, events))
     injector = Injector(faults, rank, attempt, Path(run_dir) / "faults_fired", events,
                         context={"probe": probe, "ckpt_dir": Path(ckpt_dir), "seed": seed,
-                                 "world_size": world_size})
+                                 "world_size": world_size},
+                        leaving=lambda: rt.leaving, leave_lock=rt.leave_lock)
     install_io_hook(injector)
     fired = {f.spec.id for f in faults if injector.has_fired(f)}
     return Attached(injector, probe, notices, collective_timeouts(faults, fired))

@@ -32,6 +32,18 @@ event, so a restarted attempt that replays the step does not fire it again
 (``every_attempt`` faults fire in every attempt, to model a rank that always
 fails). Faults with a window (``slow``) act again at each of their next steps
 of the same attempt.
+
+A process that is leaving (the runtime's :attr:`~jitbench.runtime.core.Runtime.leaving`:
+SIGTERM arrived, a failure that ends it was declared, its exit path began) may
+end at any instant, so a fault due at a training-path point (``step``,
+``collective``, ``optimizer``, ``micro:M``) is not committed there: the point
+holds (sleeps until the process ends, or until it is no longer leaving after
+an in-process recovery) and the fault stays pending for the next attempt. The
+leaving check, the marker and the ``fault`` event are one unit under the
+runtime's :attr:`~jitbench.runtime.core.Runtime.leave_lock`, which the exit
+path takes before the event log closes: a marker is never left without its
+event. ``write`` and ``restore`` points are not held (a leaving rank's own JIT
+save is where a second fault during the save fires).
 """
 
 from __future__ import annotations
@@ -43,6 +55,7 @@ import random
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -50,6 +63,11 @@ from typing import Any, ClassVar
 from jitbench.runtime.events import EventLog
 
 POINTS = ("step", "collective", "optimizer", "write", "restore")
+UNHELD_POINTS = ("write", "restore")
+"""Points that fire while the process is leaving (every other point is on the training
+path: ``step``, ``collective``, ``optimizer``, ``micro:M``, and holds)."""
+HOLD_POLL_S = 0.05
+"""How often (s) a held injection point checks whether the process still leaves."""
 FAMILIES = ("process", "collective", "gpu", "storage", "numeric", "network")
 
 
@@ -288,10 +306,21 @@ class Injector:
         events: this rank's event log.
         context: fixed items handed to every :meth:`Fault.fire` (probe,
             checkpoint directory, seed, world size, ...).
+        leaving: whether this process has decided to end (the runtime's
+            :attr:`~jitbench.runtime.core.Runtime.leaving`; default: never). While
+            it is true a training-path point holds instead of committing a fault
+            (module docstring); called only when a fault is due, under ``leave_lock``.
+        leave_lock: the lock the leaving path takes to make ``leaving`` true and
+            before the process ends (the runtime's
+            :attr:`~jitbench.runtime.core.Runtime.leave_lock`); the injector holds
+            it while it checks ``leaving``, writes a fault's marker and its
+            ``fault`` event (default: a lock of its own). Reentrant locks only.
     """
 
     def __init__(self, faults: list[Fault], rank: int, attempt: int, state_dir: str | os.PathLike,
-                 events: EventLog, context: dict[str, Any] | None = None) -> None:
+                 events: EventLog, context: dict[str, Any] | None = None,
+                 leaving: Callable[[], bool] | None = None,
+                 leave_lock: threading.RLock | None = None) -> None:
         self.faults = [f for f in faults if f.spec.rank == rank]
         self.rank, self.attempt = rank, attempt
         self.dir = Path(state_dir)
@@ -299,7 +328,10 @@ class Injector:
         self.events = events
         self.context = dict(context or {})
         self.step = 0
-        self._lock = threading.Lock()
+        self.leaving: Callable[[], bool] = leaving if leaving is not None else _never
+        self.held = 0
+        """Times a training-path point held a due fault because the process was leaving."""
+        self._lock = leave_lock if leave_lock is not None else threading.RLock()
         self._done: set[int] = {i for i, f in enumerate(self.faults) if self.has_fired(f)}
         self._active: list[tuple[Fault, int]] = []
         self._repeated: dict[int, int] = {}
@@ -362,43 +394,79 @@ class Injector:
                 if el is None or el < f.spec.time_s:
                     continue
             full = self._ctx(point, step, ctx)
-            with self._lock:
-                if i in self._done or not f.due(full):
-                    continue
-                self._done.add(i)
-            fd = os.open(self._marker(f), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            os.fsync(fd)
-            os.close(fd)
-            extra = f.event_fields(full)
-            el = self.elapsed_s()
-            self.events.emit("fault", kind=f.name, fault_id=f.spec.id, step=step, point=point,
-                             scheduled_step=f.spec.step, time_s=f.spec.time_s,
-                             elapsed_s=el, fails_job=f.fails(), params=f.p, durable=True,
-                             **extra)
+            if not self._commit(i, f, point, step, full):
+                continue
             if f.window_steps() > 1:
                 self._active.append((f, step))
             f.fire(full)
+
+    def _commit(self, i: int, f: Fault, point: str, step: int, full: dict) -> bool:
+        """Consume fault ``i`` if it is due here: its marker and its durable ``fault``
+        event, as one unit under the leave lock. A training-path point of a leaving
+        process holds (outside the lock) until the process ends or stops leaving, then
+        looks again. Returns whether the fault is to fire now."""
+        while True:
+            with self._lock:
+                if i in self._done:
+                    return False
+                if not self._holds(point):
+                    if not f.due(full):
+                        return False
+                    self._done.add(i)
+                    self._write_marker(f)
+                    self.events.emit("fault", kind=f.name, fault_id=f.spec.id, step=step,
+                                     point=point, scheduled_step=f.spec.step,
+                                     time_s=f.spec.time_s, elapsed_s=self.elapsed_s(),
+                                     fails_job=f.fails(), params=f.p, durable=True,
+                                     **f.event_fields(full))
+                    return True
+            self._hold()
+
+    def _holds(self, point: str) -> bool:
+        """Whether a fault due at ``point`` must wait: a training-path point while the
+        process is leaving (call under the lock)."""
+        if point in UNHELD_POINTS or not self.leaving():
+            return False
+        self.held += 1
+        return True
+
+    def _hold(self) -> None:
+        """Sleep while the process is leaving (it ends meanwhile; after an in-process
+        recovery it no longer leaves and the point goes on)."""
+        while self.leaving():
+            time.sleep(HOLD_POLL_S)
+
+    def _write_marker(self, f: Fault) -> None:
+        fd = os.open(self._marker(f), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _perturb(self, f: Fault, point: str, step: int, ctx: dict) -> None:
         """Act for an :attr:`~Fault.in_reference` fault at an execution of its step;
         the marker and the ``fault`` event only the first time in the run."""
         full = self._ctx(point, step, ctx)
-        with self._lock:
-            first = not self.has_fired(f)
-            if first:
-                fd = os.open(self._marker(f), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                os.fsync(fd)
-                os.close(fd)
-        if first:
-            self.events.emit("fault", kind=f.name, fault_id=f.spec.id, step=step, point=point,
-                             scheduled_step=f.spec.step, time_s=None,
-                             elapsed_s=self.elapsed_s(), fails_job=f.fails(), params=f.p,
-                             durable=True, **f.event_fields(full))
+        while True:
+            with self._lock:
+                if not self._holds(point):
+                    if not self.has_fired(f):
+                        self._write_marker(f)
+                        self.events.emit("fault", kind=f.name, fault_id=f.spec.id, step=step,
+                                         point=point, scheduled_step=f.spec.step, time_s=None,
+                                         elapsed_s=self.elapsed_s(), fails_job=f.fails(),
+                                         params=f.p, durable=True, **f.event_fields(full))
+                    break
+            self._hold()
         f.fire(full)
 
     def _ctx(self, point: str, step: int, ctx: dict) -> dict:
         return {**self.context, "step": step, "rank": self.rank, "attempt": self.attempt,
                 "events": self.events, "point": point, **ctx}
+
+
+def _never() -> bool:
+    return False
 
 
 def _glob_escape(text: str) -> str:

@@ -9,7 +9,10 @@ watchdog: hang bound, SIGTERM, peer notices), installs the hooks of
 "__main__"``, ``sys.argv = [SCRIPT, *ARGS]`` and the script's directory first
 on ``sys.path``), or ``python -m MODULE ARGS`` (:func:`runpy.run_module`).
 Rank, world size and attempt come from the agent's environment, which the
-script reads as under ``torchrun``.
+script reads as under ``torchrun``. A spec with ``hooks`` false (the ``none``
+arm of ``jitbench overhead`` on a script) gets no runtime and no hooks, only the
+step clock of :mod:`jitbench.harness.steptimer`: the script as ``torchrun``
+runs it.
 
 How the script ends decides the exit status:
 
@@ -39,6 +42,7 @@ from pathlib import Path
 from jitbench.harness.hooks import ScriptHooks, fault_fired_in_attempt
 from jitbench.harness.launch import die_with_parent
 from jitbench.harness.script import EXIT_SCRIPT_ERROR, ScriptSpec
+from jitbench.harness.steptimer import StepTimer, main_timer
 from jitbench.runtime.checkpoint import write_durable
 from jitbench.runtime.config import EXIT_FAILURE
 from jitbench.runtime.core import Runtime, is_collective_error
@@ -68,6 +72,9 @@ def main(argv: list[str]) -> int:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    timer = main_timer(run_dir, rank, attempt) if spec.step_timer else None
+    if not spec.hooks:
+        return plain(spec, run_dir, timer)
     events = EventLog(events_path(run_dir / "events", attempt, rank), rank, attempt)
     events.emit("process", "point", world_size=world, master_port=os.environ.get("MASTER_PORT"),
                 ppid=os.getppid(), script=spec.script or spec.module, durable=True)
@@ -83,6 +90,8 @@ def main(argv: list[str]) -> int:
     except BaseException as exc:  # noqa: BLE001 - every escape is classified
         _failed(hooks, rt, exc, attempt, run_dir)
     hooks.finish()
+    if timer is not None:
+        timer.write()
     if spec.save_final_state and rank == 0:
         state = hooks.final_state()
         if state:
@@ -93,6 +102,23 @@ def main(argv: list[str]) -> int:
     rt.close()
     events.emit("exit", code=0, durable=True)
     events.close()
+    return 0
+
+
+def plain(spec: ScriptSpec, run_dir: Path, timer: StepTimer | None) -> int:
+    """Run the script with nothing of jitbench's but the step clock (``hooks`` False:
+    the ``none`` arm of ``jitbench overhead`` on a script): its traceback, if it
+    raises, goes to stderr and the process exits 1, as under ``torchrun``."""
+    try:
+        run(spec, run_dir)
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            return exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - reported as python would
+        traceback.print_exc()
+        return 1
+    if timer is not None:
+        timer.write()
     return 0
 
 

@@ -37,8 +37,12 @@ optimizer step of the training, counted from the restored counter. The first
 optimizer that steps defines the steps; another one stepping is ignored, said
 once in a ``warning`` event.
 
+Under ``--strategy jit`` they also capture the state a JIT checkpoint needs and
+restore it by fast-forwarding the script's loop
+(:mod:`jitbench.harness.transparent`).
+
 The hooks drive a :class:`~jitbench.runtime.core.Runtime` under strategy
-``none``: its watchdog bounds each step (hang detection, ``hang`` failure),
+``none`` (``jit`` under ``--strategy jit``): its watchdog bounds each step (hang detection, ``hang`` failure),
 turns the agent's SIGTERM into a ``sigterm`` failure, and polls the peers'
 failure notices and the GPU health probe; its failure path logs the failure
 and ends the process (exit 76).
@@ -48,6 +52,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
 import time
 import weakref
@@ -67,6 +72,7 @@ from jitbench.faults import FAULTS
 from jitbench.faults.attach import Attached, attach
 from jitbench.harness.script import EXIT_NOT_TRAINING, STOP_MARKER, ScriptSpec
 from jitbench.harness.store import attempt_store
+from jitbench.harness.transparent import TransparentJit
 from jitbench.runtime import reduce
 from jitbench.runtime.core import Runtime
 from jitbench.runtime.events import EventLog
@@ -114,10 +120,14 @@ class ScriptHooks:
         self.ddp: DDP | None = None
         """The last DDP module built (its module is the final state's model)."""
         self.faults: Attached | None = None
-        self._optimizers: weakref.WeakSet = weakref.WeakSet()
+        self.jit: TransparentJit | None = None
+        """Transparent JIT (``--strategy jit``), else None."""
+        self._optimizers: list[weakref.ref] = []
         self._restoring = False
-        self._restore_t0 = 0.0
-        self._begun = False
+        self.restore_t0 = 0.0
+        """When the script's restore began (s, monotonic): its process group's creation."""
+        self.begun = False
+        """The first step of this process has begun (the script's own restore is over)."""
         self._initializing: torch.optim.Optimizer | None = None
         self._micro = 0
         self._loss: torch.Tensor | None = None
@@ -139,7 +149,7 @@ class ScriptHooks:
         @functools.wraps(opt_init)
         def optimizer_init(opt, *args, **kwargs):
             opt_init(opt, *args, **kwargs)
-            hooks._optimizers.add(opt)
+            hooks._optimizers.append(weakref.ref(opt))
 
         torch.optim.Optimizer.__init__ = optimizer_init
 
@@ -193,21 +203,34 @@ class ScriptHooks:
             return backward(tensor, *args, **kwargs)
 
         torch.Tensor.backward = backward_hooked
+        if self.spec.strategy == "jit":
+            self.jit = TransparentJit(self)
+            self.jit.install()
         threading.Thread(target=self._first_step_guard, name="jitbench-first-step",
                          daemon=True).start()
 
-    def warn(self, key: str, message: str) -> None:
-        """One ``warning`` event per ``key`` (what the hooks cannot follow exactly)."""
+    def warn(self, key: str, message: str, say: bool = False, inexact: bool = False) -> None:
+        """One ``warning`` event per ``key`` (what the hooks cannot follow exactly);
+        with ``say``, also one line on stderr (rank 0: the run's ``agent.log``).
+        ``inexact``: the run after a restart will not equal the fault-free run, so a
+        transparent JIT run promises no bitwise state (summary ``bitwise_promised``)."""
         if key not in self._warned:
             self._warned.add(key)
-            self.events.emit("warning", where="hooks", message=message, durable=True)
+            self.events.emit("warning", where="hooks", key=key, message=message,
+                             inexact=inexact, durable=True)
+            if say and self.rank == 0:
+                print(f"jitbench: warning: {message}", file=sys.stderr, flush=True)
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The script's optimizers alive now, in the order it built them."""
+        return [o for o in (r() for r in self._optimizers) if o is not None]
 
     # ----------------------------------------------------------- the process group
     def _on_process_group(self) -> None:
         if self.faults is not None:  # a second init after destroy_process_group
             return
         self.events.emit("init", "end", backend=str(dist.get_backend()))
-        self._restoring, self._restore_t0 = True, time.monotonic()
+        self._restoring, self.restore_t0 = True, time.monotonic()
         self.events.emit("restore", "begin", durable=True)
         self.faults = attach(self.rt, self.spec.faults, rank=self.rank, attempt=self.attempt,
                              world_size=self.world, device_index=self.local_rank,
@@ -223,7 +246,7 @@ class ScriptHooks:
         optimizer that keeps no counter)."""
         best: int | None = None
         counterless = False
-        for opt in list(self._optimizers):
+        for opt in self.optimizers():
             for st in opt.state.values():
                 v = st.get("step") if isinstance(st, dict) else None
                 if v is None:
@@ -241,21 +264,27 @@ class ScriptHooks:
         """The script's own restore ends where its first step begins."""
         if not self._restoring and self.faults is None:  # no process group: no init end yet
             self.events.emit("init", "end", backend=None)
-            self._restoring, self._restore_t0 = True, time.monotonic()
+            self._restoring, self.restore_t0 = True, time.monotonic()
             self.events.emit("restore", "begin", durable=True)
         restored = self.restored_step()
         self.completed = self.step = restored
+        if self.jit is not None and self.jit.begin(restored):
+            return  # the restore ends where the fast-forward reaches the checkpoint's step
         if restored:
             self.rt.resume_at(restored)
         self.events.emit("restore", "end", step=restored, kind="script" if restored else None,
-                         source=None, skipped=[], dur_s=time.monotonic() - self._restore_t0,
+                         source=None, skipped=[], dur_s=time.monotonic() - self.restore_t0,
                          durable=True)
         self._restoring = False
 
     def _begin(self) -> None:
-        if not self._begun:  # the first step of this process
-            self._begun = True
+        if not self.begun:  # the first step of this process
+            self.begun = True
             self._end_restore()
+        if self.jit is not None:
+            if self.jit.fast_forwarding:
+                return
+            self.jit.step_begins()
         step = self.completed + 1
         self.step, self.in_step, self._micro, self._loss = step, True, 0, None
         self.rt.begin_step(step)
@@ -269,6 +298,8 @@ class ScriptHooks:
             # no hook of the script's: register the default all-reduce through ours
             module.register_comm_hook(module.process_group, None)
         if not torch.is_grad_enabled():  # evaluation: not part of a training step
+            return
+        if self.jit is not None and self.jit.fast_forwarding:
             return
         if not self.in_step:
             self._begin()
@@ -314,11 +345,14 @@ class ScriptHooks:
         if not self.in_step and self.initializes_state(opt):
             self._initializing = opt
             return
+        if self.jit is not None and self.jit.fast_forwarding:
+            return
         if self.optimizer is None:
             self.optimizer = opt
         elif opt is not self.optimizer:
             self.warn("optimizers", f"a second optimizer ({type(opt).__name__}) steps too: "
-                      f"steps are counted on the first ({type(self.optimizer).__name__}) only")
+                      f"steps are counted on the first ({type(self.optimizer).__name__}) only",
+                      say=self.jit is not None, inexact=self.jit is not None)
             return
         if not self.in_step:  # no DDP forward marked the step's start
             self._begin()
@@ -328,6 +362,10 @@ class ScriptHooks:
     def _on_optimizer_post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self._initializing is opt:
             self._initializing = None
+            return
+        if self.jit is not None and self.jit.fast_forwarding:
+            if opt is self.optimizer:
+                self.jit.optimizer_stepped()
             return
         if opt is not self.optimizer or not self.in_step:
             return
@@ -345,7 +383,8 @@ class ScriptHooks:
             if self.stepped:
                 return
             waited = time.monotonic() - self.started
-            if self.in_step or waited < self.spec.first_step_s:
+            fast_forward = self.jit is not None and self.jit.fast_forwarding
+            if self.in_step or fast_forward or waited < self.spec.first_step_s:
                 continue
             if fault_fired_in_attempt(self.run_dir, self.attempt):
                 return
@@ -372,7 +411,8 @@ class ScriptHooks:
 
     def final_state(self) -> dict:
         """The model (the last DDP module's) and optimizer (the first that stepped)
-        state at the script's end, for the bitwise ``state_equal`` oracle."""
+        state at the script's end, for the bitwise ``state_equal`` oracle; under
+        transparent JIT also the LR scheduler's and the grad scaler's it saves."""
         state: dict = {}
         if self.ddp is not None:
             state["model"] = self.ddp.module.state_dict()
@@ -381,12 +421,19 @@ class ScriptHooks:
                       "state holds the optimizer only")
         if self.optimizer is not None:
             state["optimizer"] = self.optimizer.state_dict()
+        if self.jit is not None and self.jit.registered:  # what JIT saves besides
+            reg = self.rt.boundary.reg
+            for key, obj in (("scheduler", reg.scheduler), ("scaler", reg.scaler)):
+                if obj is not None:
+                    state[key] = obj.state_dict()
         return state
 
     def finish(self) -> None:
         """The script returned: stop the guard; a process that ran no step ends its
         restore here (``done`` names the restored step)."""
         self._stop.set()
-        if not self._begun:
-            self._begun = True
+        if self.jit is not None:
+            self.jit.finished()
+        if not self.begun:
+            self.begun = True
             self._end_restore()

@@ -384,7 +384,9 @@ def jit_fallback(fm: FailureMetrics, cur: list[dict], t_fault: float, key: str,
     ``save`` events of kind ``jit`` in the failed attempt (``cur``) at or after the
     fault (``t_fault``, clock ``key``): the save failed (its error), was skipped
     (its reason), began and never ended (the writer died in it), or none was
-    attempted. What: ``backstop periodic:N`` for a periodic checkpoint when
+    attempted; and, for a sharded (HSDP) job, the shard that no survivor held, from
+    the restore's skipped parts (``jit step 5: shard 0 of 2 missing ...``: every
+    replica of that shard failed). What: ``backstop periodic:N`` for a periodic checkpoint when
     ``backstop`` is N >= 1 (``jit:backstop=N``), an older JIT checkpoint, another
     kind, or a fresh start (step 0)."""
     if fm.restored_step is None or (fm.restored_kind == "jit" and (fm.replayed_steps or 0) <= 1):
@@ -404,6 +406,9 @@ def jit_fallback(fm: FailureMetrics, cur: list[dict], t_fault: float, key: str,
             why.append(f"rank {rank} died while writing it")
     if not saves:
         why.append("no survivor wrote one")
+    why += list(dict.fromkeys(f"every replica of a shard failed: {reason}"
+                              for _, reason in fm.skipped_parts
+                              if " shard " in str(reason) and "missing" in str(reason)))
     if fm.restored_step == 0 or fm.restored_kind is None:
         what = "a fresh start: nothing was committed"
     elif fm.restored_kind == "periodic" and backstop:

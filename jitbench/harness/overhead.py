@@ -74,6 +74,15 @@ repeat, in the same order with the same A/A control (a second ``none``
 launch), each measured over ``segment_steps`` steps after ``warmup_steps``
 excluded ones, by the same formulas.
 
+**A launched script** (``jitbench overhead -- SCRIPT ARGS``, ``cfg.script``) runs in
+launch mode with the arms of :data:`SCRIPT_ARMS`: ``none`` is the script as
+``torchrun`` runs it (under the same elastic agent, with nothing of jitbench's
+but the step clock of :mod:`jitbench.harness.steptimer`), ``own`` and ``jit``
+are ``jitbench launch --strategy own|jit`` without faults, and the A/A control
+is a second ``none`` launch. Every arm is timed by the same step clock, so the
+hooks' cost is what differs. The script decides its steps: it must run
+:func:`script_steps_needed` of them.
+
 A ``jit:backstop=N`` segment counts like a periodic one: its N joins the
 intervals the segments are aligned to.
 """
@@ -83,15 +92,21 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from jitbench.harness.script import ScriptSpec
 from jitbench.harness.segments import CONTROL
 from jitbench.harness.spec import RunSpec, SpecError, Strategy
 from jitbench.runtime.events import read_events
 
 OVERHEAD_VERSION = 2
 DEFAULT_STRATEGIES = ("none", "jit", "periodic:10", "periodic-async:10")
+SCRIPT_ARMS = ("none", "own", "jit")
+"""The arms of an overhead run on a launched script: ``none`` is the script with only
+the step clock (:mod:`jitbench.harness.steptimer`), as ``torchrun`` runs it; ``own``
+adds jitbench's hooks (``jitbench launch --strategy own``); ``jit`` adds transparent
+JIT (``--strategy jit``)."""
 
 
 def williams_design(n: int) -> list[list[int]]:
@@ -138,6 +153,9 @@ class OverheadConfig:
     """Seed of the order's shuffle and of the bootstrap (recorded in ``overhead.json``)."""
     resamples: int = 2000
     """Bootstrap resamples of the repeats for each interval."""
+    script: bool = False
+    """The measured job is a launched script (:class:`~jitbench.harness.script.ScriptSpec`):
+    the labels are :data:`SCRIPT_ARMS` and the mode is ``launches``."""
     mode: str = "segments"
     """``segments`` (one launch) or ``launches`` (one launch per strategy and repeat);
     set by :meth:`validate`: launches when a strategy has its own launcher."""
@@ -157,6 +175,14 @@ class OverheadConfig:
         if len(set(raw)) != len(raw):
             raise SpecError(f"duplicate strategy in {','.join(self.strategies)}")
         names = raw if "none" in raw else ["none", *raw]
+        if self.script:
+            bad = [n for n in names if n not in SCRIPT_ARMS]
+            if bad:
+                raise SpecError(f"overhead on a launched script compares none (the script as "
+                                f"torchrun runs it), own (jitbench's hooks) and jit "
+                                f"(transparent JIT), got {bad[0]!r}")
+            self.strategies, self.mode = ["none", *(n for n in names if n != "none")], "launches"
+            return []
         out = []
         for n in names:
             st = Strategy.parse(n)
@@ -249,15 +275,24 @@ def overhead_spec(base: RunSpec, cfg: OverheadConfig) -> RunSpec:
 class _Rank0Steps:
     """Rank 0's step-begin times and CPU times and step-end ``rt_s`` of one launch."""
 
-    def __init__(self, run_dir: Path) -> None:
-        evs = read_events(Path(run_dir) / "events")
+    def __init__(self, run_dir: Path, timer: bool = False) -> None:
+        """``timer``: step begins and CPU times from the step clock of a launched
+        script (:func:`~jitbench.harness.steptimer.read_step_times`), ``rt_s`` from
+        step events where the arm has them."""
+        events_dir = Path(run_dir) / "events"
+        evs = read_events(events_dir) if events_dir.is_dir() or not timer else []
         if any(e["attempt"] > 0 or (e.get("gen") or 0) > 0 for e in evs):
             raise ValueError(f"{run_dir}: the overhead run restarted; its step times are "
                              "not steady")
         self.run_dir = run_dir
         mine = [e for e in evs if e["event"] == "step" and e["rank"] == 0]
-        self.begin = {e["step"]: e["t_mono"] for e in mine if e["phase"] == "begin"}
-        self.cpu = {e["step"]: e.get("cpu_s") for e in mine if e["phase"] == "begin"}
+        if timer:
+            from jitbench.harness.steptimer import read_step_times
+
+            self.begin, self.cpu = read_step_times(run_dir)
+        else:
+            self.begin = {e["step"]: e["t_mono"] for e in mine if e["phase"] == "begin"}
+            self.cpu = {e["step"]: e.get("cpu_s") for e in mine if e["phase"] == "begin"}
         self.rt = {e["step"]: e.get("rt_s") for e in mine if e["phase"] == "end"}
 
     def steps(self, strategy: str, rep: int, seg: int, first: int, skip: int,
@@ -323,15 +358,40 @@ def launch_spec(base: RunSpec, cfg: OverheadConfig, strategy: str) -> RunSpec:
     return d
 
 
+def script_launch_spec(base: ScriptSpec, strategy: str) -> ScriptSpec:
+    """The fault-free launch of one arm of an overhead run on a script (:data:`SCRIPT_ARMS`;
+    ``none`` for the control too): the step clock on, no restarts, no final state."""
+    d = {**asdict(base), "faults": [], "max_restarts": 0, "save_final_state": False,
+         "step_timer": True}
+    arm = "none" if strategy == CONTROL else strategy
+    d["hooks"] = arm != "none"
+    d["strategy"] = "jit" if arm == "jit" else "own"
+    spec = ScriptSpec.from_dict(d)
+    spec.validate()
+    return spec
+
+
+def script_steps_needed(cfg: OverheadConfig) -> int:
+    """Optimizer steps a script must run for one launch-mode measurement: the warm-up
+    and the measured window (the step clock times a step from its predecessor's end)."""
+    return max(1, cfg.warmup_steps) + cfg.segment_steps
+
+
 def launch_times(run_dir: Path, cfg: OverheadConfig, strategy: str, rep: int,
                  per_step: list | None = None, seg: int = 0) -> dict:
     """The measured steps of one launch-mode launch (:class:`_Rank0Steps.row`).
 
     Raises:
-        ValueError: the launch restarted or lacks the measured steps' events.
+        ValueError: the launch restarted or lacks the measured steps' events (for a
+            script: it ran fewer than :func:`script_steps_needed` steps).
     """
     first = max(1, cfg.warmup_steps) + 1
-    steps = _Rank0Steps(run_dir)
+    steps = _Rank0Steps(run_dir, timer=cfg.script)
+    if cfg.script and first + cfg.segment_steps not in steps.begin:
+        raise ValueError(f"{run_dir}: the script ran {len(steps.begin)} optimizer steps; "
+                         f"the measurement needs {script_steps_needed(cfg)} "
+                         "(--warmup-steps + --segment-steps): give the script more steps "
+                         "in its arguments")
     if per_step is not None:
         per_step += steps.steps(strategy, rep, seg, 1, first - 1, first + cfg.segment_steps)
     return steps.row(strategy, rep, first, first + cfg.segment_steps)
@@ -435,10 +495,12 @@ class OverheadResult:
     """Spec, machine fingerprint, code version, wall time."""
 
 
-def run_overhead(base: RunSpec, cfg: OverheadConfig, out_dir: Path, overwrite: bool = False,
-                 progress=None, timeout_s: float | None = None) -> OverheadResult:
+def run_overhead(base: RunSpec | ScriptSpec, cfg: OverheadConfig, out_dir: Path,
+                 overwrite: bool = False, progress=None,
+                 timeout_s: float | None = None) -> OverheadResult:
     """Run one fault-free launch of interleaved segments (or, in launch mode, one
-    launch per strategy and repeat) and write the results.
+    launch per strategy and repeat) and write the results. ``base`` is a
+    :class:`ScriptSpec` exactly when ``cfg.script`` is set.
 
     Writes ``out_dir/overhead.csv`` (one row per strategy), ``overhead_segments.csv``
     (one row per segment or launch, measured window), ``overhead_steps.csv`` (one row
@@ -470,21 +532,33 @@ def run_overhead(base: RunSpec, cfg: OverheadConfig, out_dir: Path, overwrite: b
     else:
         segs, wall_s, run_dir = [], 0.0, out_dir / "runs"
         for i, (strategy, rep) in enumerate(cfg.order()):
-            spec = launch_spec(base, cfg, strategy)
             d = run_dir / f"{i:02d}-{strategy.replace(':', '_')}-r{rep}"
-            res = execute(spec, d, progress, timeout_s)
+            if cfg.script:
+                from jitbench.harness import script
+
+                spec = script_launch_spec(base, strategy)
+                res = script.execute(spec, d, progress, timeout_s)
+            else:
+                spec = launch_spec(base, cfg, strategy)
+                res = execute(spec, d, progress, timeout_s)
             wall_s += res.wall_s
             if res.returncode != 0 or res.interrupted:
                 raise RuntimeError(f"the overhead launch of {strategy} (repeat {rep}) did not "
-                                   f"complete (agent exit {res.returncode}); see {d}")
-            segs.append(launch_times(d, cfg, strategy, rep, per_step, i))
-        spec = launch_spec(base, cfg, "none")
+                                   f"complete (agent exit {res.returncode}); see "
+                                   f"{d / 'agent.log'}")
+            try:
+                segs.append(launch_times(d, cfg, strategy, rep, per_step, i))
+            except ValueError as exc:
+                raise RuntimeError(str(exc)) from None
+        spec = (script_launch_spec(base, "none") if cfg.script
+                else launch_spec(base, cfg, "none"))
     summ = summarize(segs, cfg.strategies, cfg.resamples, cfg.seed)
-    meta = {"overhead_version": OVERHEAD_VERSION, "workload": spec.workload.name,
-            "size": spec.workload.size, "world_size": spec.world_size,
+    meta = {"overhead_version": OVERHEAD_VERSION,
+            "workload": spec.name if cfg.script else spec.workload.name,
+            "size": None if cfg.script else spec.workload.size, "world_size": spec.world_size,
             "segment_steps": cfg.segment_steps, "segment_warmup": cfg.segment_warmup,
             "segment_length": cfg.segment_length(), "repeats": cfg.n_repeats(),
-            "mode": cfg.mode, "seed": cfg.seed, "resamples": cfg.resamples,
+            "mode": cfg.mode, "script": cfg.script, "seed": cfg.seed, "resamples": cfg.resamples,
             "balanced": cfg.balanced(), "design_size": cfg.design_size(),
             "order": [list(x) for x in cfg.order()],
             "strategies": cfg.strategies, "wall_s": wall_s, "code_version": code_version(),

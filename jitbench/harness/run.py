@@ -37,6 +37,7 @@ from jitbench import phases
 from jitbench.errors import RunDirError
 from jitbench.harness import metrics
 from jitbench.harness.launch import LaunchResult, held_signals, launch
+from jitbench.harness.parallel import parse as parse_parallel
 from jitbench.harness.spec import RunSpec, SpecError
 from jitbench.records import SUMMARY_VERSION
 from jitbench.runtime import checkpoint as ckpt
@@ -194,6 +195,7 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
                      "steps": spec.steps, "seed": spec.workload.seed,
                      "faults": [asdict(f) for f in spec.faults],
                      "deterministic_reduce": spec.deterministic_reduce,
+                     "parallel": str(parse_parallel(spec.parallel)),
                      "agent_exit": res.returncode, "interrupted": res.interrupted,
                      "wall_s": res.wall_s}
     fails = m.failures

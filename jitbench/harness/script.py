@@ -17,10 +17,15 @@ from the same events, and ``state_equal``/``max_abs_diff`` against the same
 script run without the fault (``reference/``), from the model and optimizer
 state the hooks capture when the script returns.
 
-Under ``--strategy own`` (the only one built) the script recovers with
-whatever it does itself (its own checkpoints, or nothing: a restart from step
-0), which is what is measured; jitbench promises nothing about it, so
-``state_equal`` is reported, not judged (``bitwise_promised`` false).
+Under ``--strategy own`` the script recovers with whatever it does itself
+(its own checkpoints, or nothing: a restart from step 0), which is what is
+measured; jitbench promises nothing about it, so ``state_equal`` is reported,
+not judged (``bitwise_promised`` false). Under ``--strategy jit`` jitbench
+checkpoints it transparently (:mod:`jitbench.harness.transparent`) and holds
+it to the promise of ``jitbench run --strategy jit``: the state equals the
+fault-free run's bitwise and each failure replays at most one step, unless a
+``warning`` of the hooks said the script does something they cannot follow
+exactly (summary ``warnings``; ``bitwise_promised`` false then).
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ from jitbench.harness.run import (
     machine_fingerprint,
     prepare_dir,
     recovery_means,
+    replay_ok,
+    replay_promise,
     write_records,
 )
 from jitbench.harness.run import end_reason as run_end_reason
@@ -56,8 +63,7 @@ from jitbench.runtime.config import RuntimeConfig
 SCRIPT_SPEC_VERSION = 1
 STRATEGIES = ("own", "jit")
 """Strategies of a launched script: ``own`` (the script recovers by itself) and
-``jit`` (transparent JIT checkpointing; refused: not built yet)."""
-JIT_NOT_BUILT = "--strategy jit for launched scripts is not built yet"
+``jit`` (transparent JIT checkpointing, :mod:`jitbench.harness.transparent`)."""
 RUN_DIR_TOKEN = "{run_dir}"
 """Replaced in the script's arguments by each launch's own run directory (the
 faulty run's, the reference's), so the two never share the script's checkpoints."""
@@ -158,8 +164,17 @@ class ScriptSpec:
     """Seed of random fault schedules (the script seeds itself)."""
     save_final_state: bool = True
     """Rank 0 writes the final model and optimizer state (for ``state_equal``)."""
+    hooks: bool = True
+    """Install jitbench's hooks and runtime. False: the script runs as ``torchrun``
+    runs it, with only the step clock (the ``none`` arm of ``jitbench overhead``
+    on a script; needs ``step_timer``)."""
+    step_timer: bool = False
+    """Rank 0 records every optimizer step's end (:mod:`jitbench.harness.steptimer`)."""
     ckpt_dir: str | None = None
     """Unused by ``own`` (the script keeps its own checkpoints); here for the run-directory checks."""
+    label: str | None = None
+    """The ``workload`` column of its summary and records (None: the script's file name
+    or module, :attr:`name`); a sweep names its script cells ``script:NAME``."""
     kind: str = "script"
     version: int = SCRIPT_SPEC_VERSION
 
@@ -177,10 +192,16 @@ class ScriptSpec:
         """The script's file name or module, for tables (``workload`` column)."""
         return Path(self.script).name if self.script else str(self.module)
 
+    @property
+    def workload(self) -> str:
+        """The ``workload`` column of the summary: :attr:`label`, else :attr:`name`."""
+        return self.label or self.name
+
     def runtime_config(self, ckpt_dir: str) -> RuntimeConfig:
         """The runtime settings of a launched script: no checkpoints of jitbench's
         (strategy ``none``), the hang bound of this spec."""
-        return RuntimeConfig(strategy="none", ckpt_dir=ckpt_dir, hang_floor_s=self.hang_floor_s,
+        return RuntimeConfig(strategy="jit" if self.strategy == "jit" else "none",
+                             ckpt_dir=ckpt_dir, hang_floor_s=self.hang_floor_s,
                              hang_factor=self.hang_factor, hang_first_s=self.hang_first_s)
 
     def validate(self) -> None:
@@ -202,12 +223,9 @@ class ScriptSpec:
         elif not module_found(self.module):
             raise SpecError(f"module {self.module} is not importable here (python -m "
                             f"{self.module} would fail)")
-        if self.strategy == "jit":
-            raise SpecError(JIT_NOT_BUILT + " (use --strategy own: the script recovers with "
-                            "its own checkpoints)")
         if self.strategy not in STRATEGIES:
-            raise SpecError(f"a launched script runs under --strategy own (its own recovery), "
-                            f"got {self.strategy!r}")
+            raise SpecError(f"a launched script runs under --strategy own (its own recovery) "
+                            f"or jit (transparent JIT checkpointing), got {self.strategy!r}")
         for name in ("nproc", "nnodes"):
             if getattr(self, name) < 1:
                 raise SpecError(f"--{name} must be >= 1, got {getattr(self, name)}")
@@ -216,6 +234,9 @@ class ScriptSpec:
         if self.min_nodes is not None and not 1 <= self.min_nodes <= self.nnodes:
             raise SpecError(f"--nnodes MIN:MAX needs 1 <= MIN <= MAX, got "
                             f"{self.min_nodes}:{self.nnodes}")
+        if not self.hooks and (self.faults or not self.step_timer):
+            raise SpecError("a launch without hooks takes no faults and needs the step timer "
+                            "(it is the none arm of jitbench overhead)")
         if self.max_restarts < 0:
             raise SpecError(f"--max-restarts must be >= 0, got {self.max_restarts}")
         for name in ("hang_floor_s", "hang_factor", "hang_first_s", "pg_timeout_s",
@@ -344,10 +365,11 @@ def end_reason(spec: ScriptSpec, m: metrics.RunMetrics, res: LaunchResult, err: 
 def summarize(spec: ScriptSpec, run_dir: Path, res: LaunchResult, ref: LaunchResult | None,
               ref_dir: Path | None = None) -> dict:
     """Metrics, oracles and provenance of a finished launch, with the keys of
-    :func:`jitbench.harness.run.summarize` (``workload`` is the script's name,
-    ``steps`` the step its ranks finished at) plus ``script``, ``args``,
-    ``loss_equal`` (every step's loss on rank 0 equals the reference's, bitwise;
-    None without losses) and ``error_tail``."""
+    :func:`jitbench.harness.run.summarize` (``workload`` is the spec's
+    :attr:`~ScriptSpec.workload`, ``steps`` the step its ranks finished at) plus
+    ``script``, ``args``, ``replay_promised`` (false under ``own``: no replay bound,
+    so ``replay_ok`` None is no violation), ``loss_equal`` (every step's loss on rank 0
+    equals the reference's, bitwise; None without losses) and ``error_tail``."""
     evs = phases.read_events(run_dir)
     table = phases.derive(evs, spec.world_size)
     phases.write(run_dir, table)
@@ -355,7 +377,7 @@ def summarize(spec: ScriptSpec, run_dir: Path, res: LaunchResult, ref: LaunchRes
     m = metrics.compute(run_dir, steps, spec.world_size, events=evs, phase_table=table)
     err = script_error(run_dir, evs)
     summary: dict = {"summary_version": SUMMARY_VERSION, "run_dir": str(run_dir),
-                     "workload": spec.name, "size": None, "script": spec.script or spec.module,
+                     "workload": spec.workload, "size": None, "script": spec.script or spec.module,
                      "args": spec.args, "strategy": spec.strategy,
                      "world_size": spec.world_size, "steps": steps, "seed": spec.seed,
                      "faults": [asdict(f) for f in spec.faults], "deterministic_reduce": False,
@@ -363,11 +385,24 @@ def summarize(spec: ScriptSpec, run_dir: Path, res: LaunchResult, ref: LaunchRes
                      "wall_s": res.wall_s}
     fails = m.failures
     summary.update(recovery_means(m, spec.world_size))
-    summary["expected_replayed_steps"] = None  # the script's checkpoints are its own
-    summary["last_commit_step"] = None
-    summary["replay_ok"] = None
-    summary["replay_promise"] = "the script's own recovery: nothing promised"
-    summary["bitwise_promised"] = False
+    warnings = [e for e in evs if e["event"] == "warning" and e.get("where") == "hooks"]
+    summary["warnings"] = sorted({e["message"] for e in warnings})
+    if spec.strategy == "jit":
+        # transparent JIT: the promise of ``jitbench run --strategy jit``, unless the
+        # hooks said the script does something they cannot follow exactly
+        summary["expected_replayed_steps"] = sum(f.expected_replayed_steps or 0 for f in fails)
+        summary["last_commit_step"] = fails[-1].last_commit_step if fails else None
+        summary["replay_ok"] = replay_ok("jit", fails)
+        summary["replay_promise"] = replay_promise("jit")
+        summary["replay_promised"] = True
+        summary["bitwise_promised"] = not any(e.get("inexact") for e in warnings)
+    else:
+        summary["expected_replayed_steps"] = None  # the script's checkpoints are its own
+        summary["last_commit_step"] = None
+        summary["replay_ok"] = None
+        summary["replay_promise"] = "the script's own recovery: nothing promised"
+        summary["replay_promised"] = False  # replay_ok None is no violation
+        summary["bitwise_promised"] = False
     summary["late_replacements"] = 0
     summary["num_failures"] = len(fails)
     summary["injected_failures"] = sum(1 for f in fails if f.injected)

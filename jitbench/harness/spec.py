@@ -110,7 +110,11 @@ class RunSpec:
     """Hot spares waiting to replace a failed rank (``jit-inprocess``: default 1;
     other strategies: none). 0: the failed rank's own agent restarts it."""
     deterministic_reduce: bool = True
-    """Average gradients with the rank-ordered all-gather hook (bitwise across restarts)."""
+    """Average gradients with the rank-ordered all-gather hook (bitwise across restarts;
+    DDP only: under ``hsdp`` FSDP2 reduces with its own collectives)."""
+    parallel: str = "ddp"
+    """How the model is spread over the ranks: ``ddp`` (full replicas) or ``hsdp:RxS``
+    (FSDP2 hybrid sharding, R replica groups x S shards; :mod:`jitbench.harness.parallel`)."""
     hang_floor_s: float = hang.FLOOR_S
     """Hang bound floor (s; :class:`jitbench.hang.HangSettings`)."""
     hang_factor: float = hang.FACTOR
@@ -170,6 +174,8 @@ class RunSpec:
         """
         ident = {"workload": asdict(self.workload), "world_size": self.world_size,
                  "backend": self.backend, "deterministic_reduce": self.deterministic_reduce}
+        if self.parallel != "ddp":  # ddp runs keep the fingerprint they always had
+            ident["parallel"] = self.parallel
         return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
     def runtime_config(self, ckpt_dir: str) -> RuntimeConfig:
@@ -260,6 +266,7 @@ class RunSpec:
                                 f"got {value}")
         if self.max_restarts < 0:
             raise SpecError(f"--max-restarts must be >= 0, got {self.max_restarts}")
+        self._check_parallel(st)
         try:
             check_plan(self.faults, self.world_size, self.workload.steps,
                        self.workload.grad_accum, run=self)
@@ -272,6 +279,29 @@ class RunSpec:
                 check_extra(self.workload.extra)
             except ValueError as exc:
                 raise SpecError(str(exc)) from exc
+
+    def _check_parallel(self, st: Strategy) -> None:
+        """Refuse what ``--parallel hsdp:RxS`` does not run with (one line each): a
+        world other than R x S, a workload other than gpt, a strategy outside
+        :data:`~jitbench.harness.parallel.HSDP_STRATEGIES` (``jit:split``,
+        ``periodic:auto`` included), fp16 (its GradScaler is not shard-aware), and the
+        faults that act through DDP's comm hook."""
+        from jitbench.harness.parallel import HSDP_FAULTS_REFUSED, HSDP_STRATEGIES, parse
+
+        par = parse(self.parallel)
+        par.check(self.world_size, self.workload.name)
+        if not par.sharded:
+            return
+        if st.name not in HSDP_STRATEGIES or st.auto or st.all_options().get("split"):
+            raise SpecError(f"--parallel {par}: strategy {self.strategy} is not wired for "
+                            f"sharded training; use jit (jit:backstop=N), periodic:N or none")
+        if self.workload.extra.get("amp") == "fp16":
+            raise SpecError(f"--parallel {par}: fp16's GradScaler is not shard-aware here "
+                            "(use --amp bf16 or off)")
+        for f in self.faults:
+            if f.kind in HSDP_FAULTS_REFUSED:
+                raise SpecError(f"fault {f.kind} cannot be expressed under --parallel {par}: "
+                                f"{HSDP_FAULTS_REFUSED[f.kind]}")
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -301,6 +331,8 @@ class RunSpec:
         d["faults"] = [asdict(f) for f in self.reference_faults()]
         if not d["faults"]:
             del d["faults"]  # the key of a spec without perturbations, as before
+        if d.get("parallel") == "ddp":
+            del d["parallel"]  # likewise for the default layout
         for k in ("strategy", "mtbf_s", "max_restarts", "segments", "rdzv_endpoint",
                   "rdzv_id", "rdzv_timeout_s", "ckpt_dir", "spares", "min_nodes"):
             d.pop(k, None)

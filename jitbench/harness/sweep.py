@@ -3,10 +3,19 @@
 A sweep directory::
 
     SWEEP_DIR/
-      sweep.json                  the sweep's config, provenance and wall time
+      sweep.json                  the sweep's config, its scripts, provenance and wall time
       refs/<workload>-s<seed>/    one fault-free reference run per training spec
       runs/<workload>-<strategy>-<fault>-s<seed>-r<repeat>/   one run directory each
       results.parquet, results.csv   one row per run (RESULTS_VERSION columns below)
+
+A workload is a built-in one (``gpt``, ``resnet``) or a user's script
+(:class:`SweepScript`, ``jitbench sweep --script PATH``): its cells are
+launched exactly as ``jitbench launch`` launches it
+(:func:`jitbench.harness.script.run_script`), under the sweep's faults,
+strategies (``own`` and ``jit`` only), seeds and repeats, and its rows carry
+the workload ``script:NAME`` (directory names: ``script_NAME``), so the report
+sets them beside the built-in workloads' rows. One fault-free launch of the
+script (under ``own``) per seed is its reference.
 
 Every run of one workload and seed shares one fault-free reference: the final
 state of training does not depend on the checkpointing strategy (checkpoints
@@ -38,10 +47,45 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from jitbench import hang
+from jitbench.errors import ExitStatus, RunFailedError
 from jitbench.faults import FAULTS, FaultSpec
+from jitbench.harness.script import STRATEGIES as SCRIPT_STRATEGIES
+from jitbench.harness.script import ScriptSpec, run_script
 from jitbench.harness.spec import RunSpec, SpecError, Strategy
-from jitbench.records import RESULTS_VERSION
+from jitbench.records import RESULTS_VERSION, verdict
 from jitbench.workloads import WORKLOADS, WorkloadConfig
+
+SCRIPT_PREFIX = "script:"
+"""The ``workload`` column of a script's cells starts with this (``script:ddp_tutorial.py``)."""
+SEED_TOKEN = "{seed}"
+"""Replaced in a script's arguments by the cell's seed (the script seeds itself)."""
+
+
+@dataclass
+class SweepScript:
+    """A user's training script as a workload of a sweep (``--script PATH --script-args
+    ARGS``): launched as ``jitbench launch -- PATH ARGS`` launches it."""
+
+    path: str
+    """The script's file (absolute: the run directories are elsewhere)."""
+    args: list[str] = field(default_factory=list)
+    """Its arguments; ``{run_dir}`` becomes each launch's run directory, ``{seed}`` the
+    cell's seed."""
+
+
+def script_labels(scripts: list[SweepScript]) -> list[str]:
+    """The ``workload`` label of each script: ``script:NAME`` (its file name), with
+    ``#2``, ``#3`` ... on later scripts of the same name (one script with two
+    argument lists is two workloads)."""
+    labels: list[str] = []
+    for sc in scripts:
+        base = SCRIPT_PREFIX + Path(sc.path).name
+        label, n = base, 1
+        while label in labels:
+            n += 1
+            label = f"{base}#{n}"
+        labels.append(label)
+    return labels
 
 
 @dataclass
@@ -54,6 +98,9 @@ class SweepConfig:
     """
 
     workloads: list[str] = field(default_factory=lambda: ["gpt", "resnet"])
+    scripts: list[SweepScript] = field(default_factory=list)
+    """Users' scripts, workloads beside ``workloads`` (:class:`SweepScript`); their
+    strategies are ``own`` and ``jit`` only."""
     strategies: list[str] = field(
         default_factory=lambda: ["jit", "periodic:5", "periodic-async:5", "none"])
     faults: list[str] = field(default_factory=lambda: ["kill", "nccl-hang"])
@@ -64,7 +111,8 @@ class SweepConfig:
     """Optimizer steps per run."""
     fault_step: int = 14
     """Step at which the fault fires (not a multiple of the default interval, so
-    periodic strategies replay the steps since their last checkpoint)."""
+    periodic strategies replay the steps since their last checkpoint). A script
+    decides its own number of steps: it must run past this one."""
     fault_rank: int = 1
     nproc: int = 2
     backend: str = "gloo"
@@ -90,14 +138,32 @@ class SweepConfig:
     """Per launch."""
 
     def validate(self) -> None:
-        """Raises SpecError (one line) for an unknown name or an unusable matrix."""
-        if not (self.workloads and self.strategies and self.faults and self.seeds):
-            raise SpecError("a sweep needs at least one workload, strategy, fault and seed")
+        """Raises SpecError (one line) for an unknown name or an unusable matrix: among
+        others a strategy a launched script cannot run (``--script`` takes ``own`` and
+        ``jit`` only) and ``own`` beside built-in workloads (they have no recovery of
+        their own)."""
+        if not ((self.workloads or self.scripts) and self.strategies and self.faults
+                and self.seeds):
+            raise SpecError("a sweep needs at least one workload (or --script), strategy, "
+                            "fault and seed")
         for w in self.workloads:
             if w not in WORKLOADS:
                 raise SpecError(f"unknown workload {w!r}; one of {', '.join(WORKLOADS)}")
+        if self.scripts:
+            for s in self.strategies:
+                if s not in SCRIPT_STRATEGIES:
+                    raise SpecError(
+                        f"strategy {s} does not apply to a launched script: --script runs "
+                        f"under {' or '.join(SCRIPT_STRATEGIES)} only (sweep the other "
+                        "strategies with --workloads alone)")
         for s in self.strategies:
-            Strategy.parse(s)
+            if self.workloads and s == "own":
+                raise SpecError(
+                    f"strategy own is a launched script's own recovery and applies to --script "
+                    f"only, not to the workload {self.workloads[0]} (its restart from step 0 "
+                    "is none): drop own or --workloads")
+            if s != "own":
+                Strategy.parse(s)
         for f in self.faults:
             if f not in FAULTS:
                 raise SpecError(f"unknown fault {f!r}; one of {', '.join(sorted(FAULTS))}")
@@ -116,20 +182,59 @@ class SweepConfig:
         for w in self.workloads:
             for s in self.strategies:
                 self.spec(w, s, self.faults[0], self.seeds[0]).validate()
+        for label in self.script_map():
+            for s in self.strategies:
+                for f in self.faults:  # a launched script refuses some kinds (storage)
+                    self.spec(label, s, f, self.seeds[0]).validate()
 
-    def spec(self, workload: str, strategy: str, fault: str | None, seed: int) -> RunSpec:
-        """The run spec of one cell (``fault`` None: the reference)."""
-        wl = WorkloadConfig(name=workload, size=self.sizes.get(workload), steps=self.steps,
-                            batch_size=self.batch_size, seed=seed)
+    def script_map(self) -> dict[str, SweepScript]:
+        """``{workload label: script}`` of the sweep's scripts (:func:`script_labels`)."""
+        return dict(zip(script_labels(self.scripts), self.scripts, strict=True))
+
+    def workload_names(self) -> list[str]:
+        """Every workload of the matrix: the built-in ones, then the scripts' labels."""
+        return [*self.workloads, *script_labels(self.scripts)]
+
+    def _faults(self, fault: str | None, seed: int) -> list[FaultSpec]:
+        """The fault plan of a cell: one fault at ``fault_step``, a seeded Poisson trace,
+        or none (``fault`` None: the reference)."""
         if not fault:
-            faults = []
-        elif self.fault_mtbf_steps is not None:
+            return []
+        if self.fault_mtbf_steps is not None:
             from jitbench.faults.schedule import poisson
 
-            faults = poisson([fault], list(range(self.nproc)), self.steps, seed,
-                             mtbf_steps=self.fault_mtbf_steps, max_faults=self.fault_count)
-        else:
-            faults = [FaultSpec(fault, self.fault_rank, self.fault_step)]
+            return poisson([fault], list(range(self.nproc)), self.steps, seed,
+                           mtbf_steps=self.fault_mtbf_steps, max_faults=self.fault_count)
+        return [FaultSpec(fault, self.fault_rank, self.fault_step)]
+
+    def script_spec(self, label: str, strategy: str, fault: str | None,
+                    seed: int) -> ScriptSpec:
+        """The launch spec of a script's cell (``fault`` None: its reference), as
+        ``jitbench launch --strategy STRATEGY --nproc N --steps STEPS ... -- PATH ARGS``
+        would build it; ``{seed}`` in the arguments becomes ``seed``.
+
+        Raises:
+            KeyError: ``label`` names no script of the sweep.
+        """
+        sc = self.script_map()[label]
+        faults = self._faults(fault, seed)
+        spec = ScriptSpec(script=sc.path, args=[a.replace(SEED_TOKEN, str(seed))
+                                                for a in sc.args],
+                          strategy=strategy, faults=faults, nproc=self.nproc,
+                          hang_floor_s=self.hang_floor_s, hang_first_s=self.hang_first_s,
+                          steps=self.steps, seed=seed, label=label)
+        spec.max_restarts = max(spec.max_restarts, len(faults) + 1)
+        return spec
+
+    def spec(self, workload: str, strategy: str, fault: str | None,
+             seed: int) -> RunSpec | ScriptSpec:
+        """The run spec of one cell (``fault`` None: the reference); a script's cell
+        gets its launch spec (:meth:`script_spec`)."""
+        if workload in self.script_map():
+            return self.script_spec(workload, strategy, fault, seed)
+        wl = WorkloadConfig(name=workload, size=self.sizes.get(workload), steps=self.steps,
+                            batch_size=self.batch_size, seed=seed)
+        faults = self._faults(fault, seed)
         spec = RunSpec(workload=wl, strategy=strategy, faults=faults, nproc=self.nproc,
                        backend=self.backend,
                        hang_floor_s=self.hang_floor_s, hang_first_s=self.hang_first_s,
@@ -139,12 +244,13 @@ class SweepConfig:
         return spec
 
     def cells(self) -> list[tuple[str, str, str, int, int]]:
-        """``(workload, strategy, fault, seed, repeat)`` of every run, in run order."""
-        return [(w, s, f, seed, r) for w in self.workloads for seed in self.seeds
+        """``(workload, strategy, fault, seed, repeat)`` of every run, in run order
+        (the scripts' cells after the built-in workloads')."""
+        return [(w, s, f, seed, r) for w in self.workload_names() for seed in self.seeds
                 for s in self.strategies for f in self.faults for r in range(self.repeats)]
 
 
-def spec_hash(spec: RunSpec) -> str:
+def spec_hash(spec: RunSpec | ScriptSpec) -> str:
     """SHA-256 prefix (12 hex digits) of the spec's JSON: equal for repeats of one config."""
     return hashlib.sha256(spec.to_json().encode()).hexdigest()[:12]
 
@@ -154,7 +260,8 @@ def _slug(text: str) -> str:
 
 
 def cell_dir(root: Path, workload: str, strategy: str, fault: str, seed: int, rep: int) -> Path:
-    return root / "runs" / f"{workload}-{_slug(strategy)}-{_slug(fault)}-s{seed}-r{rep}"
+    """The run directory of one cell (``script:x.py`` is written ``script_x.py``)."""
+    return root / "runs" / f"{_slug(workload)}-{_slug(strategy)}-{_slug(fault)}-s{seed}-r{rep}"
 
 
 @dataclass
@@ -201,17 +308,24 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
     t0 = time.monotonic()
     rows: list[dict] = []
     refs: dict[tuple[str, int, str], Path] = {}
+    scripts = cfg.script_map()
     for w, s, f, seed, rep in cfg.cells():
-        # torchft trains through its own DDP and optimizer wrappers: its own reference
-        trainer = "torchft" if Strategy.parse(s).entry.launcher == "torchft" else "none"
+        if w in scripts:  # a user's script: launched as ``jitbench launch`` launches it
+            trainer, launch = "own", run_script
+        else:
+            # torchft trains through its own DDP and optimizer wrappers: its own reference
+            trainer = "torchft" if Strategy.parse(s).entry.launcher == "torchft" else "none"
+            launch = run
         if (w, seed, trainer) not in refs:
-            ref_dir = sweep_dir / "refs" / (f"{w}-s{seed}" if trainer == "none"
+            ref_dir = sweep_dir / "refs" / (f"{_slug(w)}-s{seed}" if trainer != "torchft"
                                             else f"{w}-s{seed}-{trainer}")
             if not (resume and (ref_dir / "summary.json").exists()):
-                out = run(cfg.spec(w, trainer, None, seed), ref_dir, reference=False,
-                          overwrite=True, timeout_s=cfg.timeout_s)
+                out = launch(cfg.spec(w, trainer, None, seed), ref_dir, reference=False,
+                             overwrite=True, timeout_s=cfg.timeout_s)
                 if on_run:
                     on_run({**record_row(out.summary), "reference": True})
+            if w in scripts:
+                _check_script_reference(w, ref_dir)
             refs[(w, seed, trainer)] = ref_dir
         spec = cfg.spec(w, s, f, seed)
         d = cell_dir(sweep_dir, w, s, f, seed, rep)
@@ -220,8 +334,8 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
             summary = json.loads((d / "summary.json").read_text())
             run_wall = summary.get("run_wall_s")
         else:
-            summary = run(spec, d, reference_from=refs[(w, seed, trainer)], overwrite=True,
-                          timeout_s=cfg.timeout_s).summary
+            summary = launch(spec, d, reference_from=refs[(w, seed, trainer)], overwrite=True,
+                             timeout_s=cfg.timeout_s).summary
             run_wall = time.monotonic() - t_run
             summary["run_wall_s"] = run_wall
             (d / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
@@ -237,10 +351,35 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
     table.to_parquet(sweep_dir / "results.parquet", index=False)
     table.to_csv(sweep_dir / "results.csv", index=False)
     (sweep_dir / "sweep.json").write_text(json.dumps(
-        {"results_version": RESULTS_VERSION, "config": asdict(cfg), "wall_s": wall_s,
+        {"results_version": RESULTS_VERSION, "config": asdict(cfg),
+         "scripts": [{"workload": label, "script": sc.path, "args": sc.args}
+                     for label, sc in scripts.items()], "wall_s": wall_s,
          "runs": len(rows), "references": len(refs), "code_version": code_version(),
          "machine": machine_fingerprint(),
          "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2))
     return SweepResult(table, sweep_dir, wall_s)
 
 
+def _check_script_reference(label: str, ref_dir: Path) -> None:
+    """Stop the sweep when a script's fault-free launch did not complete: no cell of
+    it could be compared (a script that fails by itself fails in every cell).
+
+    Raises:
+        KeyboardInterrupt: the reference was interrupted.
+        SpecError: the script is not a training script (exit 2).
+        RunFailedError: it did not complete (exit 3); the line says why and where to look.
+    """
+    try:
+        summary = json.loads((ref_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        summary = {}
+    status, why = verdict(summary) if summary else (ExitStatus.RUN_FAILED, "no summary")
+    if status == ExitStatus.OK:
+        return
+    if status == ExitStatus.INTERRUPTED:
+        raise KeyboardInterrupt
+    where = f"see {ref_dir / 'agent.log'}"
+    if status == ExitStatus.INPUT:
+        raise SpecError(f"{label}: {why} ({where})")
+    raise RunFailedError(f"{label}: its fault-free launch did not complete, so no run of it "
+                         f"can be compared: {why} ({where})")

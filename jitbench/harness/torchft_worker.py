@@ -58,7 +58,16 @@ JOB_DONE = "job_done"
 class _NoRuntime:
     """What :func:`jitbench.faults.attach.attach` asks of a runtime, for a worker
     without one: peer notices and GPU health checks are the jitbench runtime's
-    (torchft runs neither; the faults that need them are refused up front)."""
+    (torchft runs neither; the faults that need them are refused up front). It is
+    never ``leaving``: besides its training thread (and a fault), only the liveness
+    probe (:func:`_liveness`) ends this process, and only while a step is stuck, so
+    the training thread is not going on to an injection point."""
+
+    leaving = False
+    """Never (see the class docstring)."""
+
+    def __init__(self) -> None:
+        self.leave_lock = threading.RLock()
 
     def set_notices(self, notices) -> None:
         pass

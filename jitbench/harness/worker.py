@@ -19,7 +19,10 @@ start of the step, after any deferred RNG restore) and, with fp16, ``scale``
 of consecutive finite steps, int) and ``skipped`` (the scaler skipped the
 optimizer step: a non-finite gradient made ``update`` back the scale off; the
 scheduler steps anyway). The collective point's context carries ``grads``,
-the step's first gradient bucket (numerics faults write into it). Injection points: ``step`` (start of a step),
+the step's first gradient bucket (numerics faults write into it). Under ``--parallel
+hsdp:RxS`` (:mod:`jitbench.harness.parallel`) the model is FSDP2-sharded instead of
+DDP-wrapped; its collectives run inside the backward, so the ``collective`` point is
+right before the window's last backward. Injection points: ``step`` (start of a step),
 ``micro:<m>`` (before micro-batch ``m`` of the accumulation window),
 ``collective`` (the first gradient collective of a step) and ``optimizer``
 (after the gradients are reduced, before the optimizer step).
@@ -48,6 +51,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from jitbench.faults.attach import attach
 from jitbench.harness.launch import die_with_parent
+from jitbench.harness.parallel import parse as parse_parallel
+from jitbench.harness.parallel import shard_model
 from jitbench.harness.replicas import ENV_MEMBERS
 from jitbench.harness.segments import apply_segment
 from jitbench.harness.spec import RunSpec
@@ -97,12 +102,15 @@ class _Job:
         else:
             self.device = torch.device("cpu")
         _seed_everything(spec.workload.seed)
+        self.par = parse_parallel(spec.parallel)
+        prepare = ((lambda m: shard_model(m, self.par, self.device)) if self.par.sharded
+                   else None)
         try:
-            self.wl = build_workload(spec.workload, rank, world, self.device)
+            self.wl = build_workload(spec.workload, rank, world, self.device, prepare)
         except (DataError, ValueError) as exc:
             _give_up(events, EXIT_BAD_INPUT, "workload", exc)
         self.has_buffers = any(b.numel() for b in self.wl.model.buffers())
-        self.model: DDP | None = None
+        self.model: DDP | torch.nn.Module | None = None
         self.faults = None
         rt.register(self.wl.model, self.wl.optimizer, self.wl.scheduler, scaler=self.wl.scaler,
                     data_state=self.wl.data_state, load_data=self.wl.load_data_state)
@@ -118,6 +126,9 @@ class _Job:
         """(Re-)wrap the model in DDP on the current default process group, with the
         gradient hook that injects collective faults and marks the posted collective."""
         spec, faults, rt = self.spec, self.faults, self.rt
+        if self.par.sharded:  # FSDP2 (hsdp): the sharded module reduces by itself
+            self.model = self.wl.model
+            return
         # Buffers are broadcast once per step by reduce.broadcast_buffers (train), so
         # that every iteration boundary holds rank 0's buffers on every rank.
         self.model = DDP(self.wl.model,
@@ -165,8 +176,20 @@ class _Job:
             batch = wl.batch(step, micro)
             ids.extend(batch.sample_ids)
             micros.append((step - 1) * accum + micro)
+            last = micro == accum - 1
+            if self.par.sharded:
+                # FSDP2: gradients are reduced only in the window's last backward; its
+                # collectives run inside backward, so the collective point is before it
+                model.set_requires_gradient_sync(last)
+                loss = wl.loss(model, batch) / accum
+                if last:
+                    injector.at("collective", step, op="reduce_scatter")
+                    self.rt.mark_collective(step)
+                (scaler.scale(loss) if scaler is not None else loss).backward()
+                loss_sum += loss.item()
+                continue
             # gradients are all-reduced only in the window's last backward
-            with model.no_sync() if micro < accum - 1 else contextlib.nullcontext():
+            with model.no_sync() if not last else contextlib.nullcontext():
                 loss = wl.loss(model, batch) / accum
                 (scaler.scale(loss) if scaler is not None else loss).backward()
             loss_sum += loss.item()

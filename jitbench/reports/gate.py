@@ -179,6 +179,14 @@ def _truthy(v) -> bool:
     return v is True or v == 1
 
 
+def _version(x) -> str:
+    """A recorded peer version as text; a missing one (None in parquet, NaN or an empty
+    cell in CSV) is ``absent`` whichever format it was read from."""
+    if x is None or (isinstance(x, float) and x != x) or str(x).strip() in ("", "None", "nan"):
+        return "absent"
+    return str(x)
+
+
 def _check_peer_versions(baseline, results, v) -> None:
     """Refuse results whose peer-system versions differ from the baseline's (see the
     module docstring, step 1).
@@ -196,7 +204,7 @@ def _check_peer_versions(baseline, results, v) -> None:
                    if str(c).startswith("machine_peer_")})
     for c in cols:
         if c in baseline.columns and c in results.columns:
-            bk, rk = set(map(str, baseline[c])), set(map(str, results[c]))
+            bk, rk = set(map(_version, baseline[c])), set(map(_version, results[c]))
             if bk != rk:
                 raise Incomparable(f"{c} {sorted(rk)} vs baseline {sorted(bk)}: peer versions "
                                    "differ")

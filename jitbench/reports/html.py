@@ -99,6 +99,15 @@ def _load_overhead(*dirs: Path | None):
     return None, None, {}
 
 
+BY_REPLICAS_NOTE = (
+    "jit vs periodic crossover (analytic): plain data parallel (ddp) and hybrid sharding "
+    "with R replicas of each shard (hsdp R, world sizes a multiple of R; R = 1 is full "
+    "sharding). A failure that leaves a shard without a replica gives JIT nothing to save: "
+    "it falls back to the last periodic checkpoint. Costs from the runs of that layout "
+    "(an R not measured: every hsdp run's).")
+"""The note above the report's crossover-by-layout table."""
+
+
 def _model_sections(d: Path, t, figures: list) -> tuple[dict, list[str]]:
     """Template context and markdown of the model sections (validation, at scale);
     appends the at-scale figure to ``figures``."""
@@ -143,9 +152,17 @@ def _model_sections(d: Path, t, figures: list) -> tuple[dict, list[str]]:
                                         + [f"{c['above']} from {c['n_gpus']:,}" for c in cs])
             for (a, b), cs in pairs.items()) or "none in 1-100,000 GPUs"
         rows = [r for r in sc.rows if r["strategy"] != "jit-transparent"]
-        ctx["scale"] = {"crossovers": cross, "figure": idx, "rows": rows}
-        md += ["## From this machine to 100,000 GPUs", "", f"Crossovers (analytic): {cross}.",
-               "", f"<!--fig{idx}-->", "", markdown_table(rows, SCALE_COLUMNS), ""]
+        by_r = [{"layout": b["layout"] + (" (measured)" if b["measured"] else ""),
+                 "costs": b["costs"], "text": b["text"]} for b in sc.by_replicas]
+        ctx["scale"] = {"crossovers": cross, "figure": idx, "rows": rows, "by_replicas": by_r,
+                        "layout": sc.layout}
+        md += ["## From this machine to 100,000 GPUs", "",
+               f"Crossovers (analytic, {sc.layout}): {cross}.", ""]
+        if by_r:
+            md += [f"Where sharding moves the {BY_REPLICAS_NOTE}", "",
+                   "| layout | costs from | jit vs periodic |", "|---|---|---|",
+                   *[f"| {b['layout']} | {b['costs']} | {b['text']} |" for b in by_r], ""]
+        md += [f"<!--fig{idx}-->", "", markdown_table(rows, SCALE_COLUMNS), ""]
     return ctx, md
 
 
@@ -272,27 +289,39 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
                  "decisions": [],
                  "result_columns": RESULT_COLUMNS, "overhead_columns": OVERHEAD_COLUMNS,
                  "validation_columns": VALIDATION_COLUMNS, "scale_columns": SCALE_COLUMNS,
+                 "by_replicas_note": BY_REPLICAS_NOTE,
                  "good": good, "color": plots.strategy_color,
                  "text": lambda c, r: cell(c, r, REPORT), **model}
     if ctx["scale"] is not None:
         ctx["scale"]["figure"] = figs[ctx["scale"]["figure"]]
+    scripts = script_lines(meta)
     if meta:
         mach = meta.get("machine", {})
         ctx["sweep"] = {"wall": f"{meta.get('wall_s', 0):.0f}", "runs": meta.get("runs"),
                         "code": meta.get("code_version"), "host": mach.get("host"),
                         "cpus": mach.get("cpus"), "torch": mach.get("torch"),
-                        "created": meta.get("created")}
+                        "created": meta.get("created"), "scripts": scripts}
     md = [f"# {title}", "", f"source: `{d.resolve()}`", ""]
+    if scripts:
+        md += ["Scripts launched (workload: command):", ""]
+        md += [f"- `{label}`: `{command}`" for label, command in scripts] + [""]
     if t is not None and len(t):
         n = len(t)
         # a peer that does not promise the fault-free state is not counted against it
         promised = (t["bitwise_promised"] != False) if "bitwise_promised" in t else True  # noqa: E712
         eq = int(((t["state_equal"] == True) & promised).sum())  # noqa: E712
         n_eq = int(promised.sum()) if "bitwise_promised" in t else len(t)
-        rok = int((t.get("replay_ok") == True).sum()) if "replay_ok" in t else 0  # noqa: E712
+        # nor a launched script's own recovery, which promises no replay bound
+        import pandas as pd
+
+        judged = ((t["replay_promised"] != False) if "replay_promised" in t  # noqa: E712
+                  else pd.Series(True, index=t.index))
+        rok = (int(((t["replay_ok"] == True) & judged).sum())  # noqa: E712
+               if "replay_ok" in t else 0)
+        n_r = int(judged.sum())
         cards = [("runs", str(n), ""),
                  ("state_equal", f"{eq}/{n_eq}", "ok" if eq == n_eq else "bad"),
-                 ("replay invariant", f"{rok}/{n}", "ok" if rok == n else "bad")]
+                 ("replay invariant", f"{rok}/{n_r}", "ok" if rok == n_r else "bad")]
         for s in plots.strategy_order(t["strategy"]):
             rec = t[t["strategy"] == s]["recovery_s"].median()
             cards.append((f"median recovery · {s}", f"{fmt(rec, 1, none=REPORT['none'])} s", ""))
@@ -330,6 +359,19 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
     _save(html_path, _template().render(**ctx).encode("utf-8"))
     _save(md_path, ("\n".join(md) + "\n").encode("utf-8"))
     return html_path, md_path
+
+
+def script_lines(meta: dict) -> list[tuple[str, str]]:
+    """``(workload, command)`` of each launched script of a sweep (``sweep.json``'s
+    ``scripts``: ``jitbench sweep --script PATH --script-args ARGS``), the command as
+    ``python PATH ARGS`` a shell would read; empty for a sweep without scripts."""
+    import shlex
+
+    out = []
+    for sc in meta.get("scripts") or []:
+        words = [str(sc.get("script")), *[str(a) for a in sc.get("args") or []]]
+        out.append((str(sc.get("workload")), shlex.join(["python", *words])))
+    return out
 
 
 def run_decisions(root: Path, t) -> list[tuple[str, list[str]]]:

@@ -582,27 +582,44 @@ class Crossover:
     above: str
 
 
+def unclipped_waste_fraction(strategy: str, n_gpus: int, params: ModelParams) -> float:
+    """First-order wasted fraction of GPU time of :func:`estimate`, not clipped at 1
+    (dimensionless): ``steady + N f x per-failure cost`` (clipping hides which of two
+    strategies is worse once both waste everything)."""
+    e = estimate(strategy, n_gpus, params)
+    return e.steady_state_fraction + e.failures_per_day / SECONDS_PER_DAY * e.recovery_per_failure_s
+
+
 def find_crossovers(params: ModelParams, a: str = "jit", b: str = "periodic",
-                    lo_gpus: int = 1, hi_gpus: int = 1_000_000) -> list[Crossover]:
+                    lo_gpus: int = 1, hi_gpus: int = 1_000_000,
+                    multiple_of: int = 1) -> list[Crossover]:
     """Every world size in ``[lo_gpus, hi_gpus]`` where the cheaper of ``a`` and
-    ``b`` (analytic wasted GPU-hours) changes, by a log-spaced scan then integer
-    bisection. Empty when one strategy wins throughout."""
+    ``b`` (analytic wasted GPU-hours, :func:`unclipped_waste_fraction`) changes, by a
+    log-spaced scan then integer bisection. Empty when one strategy wins throughout.
 
-    def unclipped(s: str, n: int) -> float:
-        e = estimate(s, n, params)
-        return e.steady_state_fraction + e.failures_per_day / SECONDS_PER_DAY * e.recovery_per_failure_s
+    ``multiple_of``: only world sizes that are multiples of it are looked at (an HSDP
+    job of ``R`` replicas per shard has ``N = R x S`` GPUs; in between, the layout of
+    :func:`topology` leaves some shard one replica short, which the scan would
+    otherwise report as a crossover at every odd ``N``)."""
+    if multiple_of < 1:
+        raise ValueError(f"multiple_of must be >= 1 (got {multiple_of})")
+    k = multiple_of
+    lo_m, hi_m = max(1, -(-lo_gpus // k)), hi_gpus // k  # world sizes k*m, m in [lo_m, hi_m]
+    if hi_m < lo_m:
+        return []
 
-    def diff(n: int) -> float:  # first-order waste, not clipped at 1 (clipping hides order)
-        return unclipped(a, n) - unclipped(b, n)
+    def diff(m: int) -> float:
+        return (unclipped_waste_fraction(a, m * k, params)
+                - unclipped_waste_fraction(b, m * k, params))
 
-    grid = np.unique(np.round(np.geomspace(lo_gpus, hi_gpus, 400)).astype(int))
+    grid = np.unique(np.round(np.geomspace(lo_m, hi_m, 400)).astype(int))
     out: list[Crossover] = []
-    prev_n, prev_d = int(grid[0]), diff(int(grid[0]))
-    for n in grid[1:]:
-        n = int(n)
-        d = diff(n)
+    prev_m, prev_d = int(grid[0]), diff(int(grid[0]))
+    for m in grid[1:]:
+        m = int(m)
+        d = diff(m)
         if (prev_d < 0) != (d < 0) and prev_d != 0:
-            lo, hi = prev_n, n  # sign(diff(lo)) == sign(prev_d) != sign(diff(hi))
+            lo, hi = prev_m, m  # sign(diff(lo)) == sign(prev_d) != sign(diff(hi))
             while hi - lo > 1:
                 mid = (lo + hi) // 2
                 if (diff(mid) < 0) == (prev_d < 0):
@@ -610,6 +627,6 @@ def find_crossovers(params: ModelParams, a: str = "jit", b: str = "periodic",
                 else:
                     hi = mid
             below, above = (a, b) if prev_d < 0 else (b, a)
-            out.append(Crossover(a=a, b=b, n_gpus=hi, below=below, above=above))
-        prev_n, prev_d = n, d
+            out.append(Crossover(a=a, b=b, n_gpus=hi * k, below=below, above=above))
+        prev_m, prev_d = m, d
     return out

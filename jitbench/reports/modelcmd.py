@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import asdict, replace
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,19 @@ from jitbench import records
 from jitbench.errors import InputError
 from jitbench.reports.model import SECONDS_PER_HOUR, ModelParams
 from jitbench.reports.projection import (  # noqa: F401 (RESULT_COLUMNS: the CLI reads it)
+    CROSSOVER_REPLICAS,
     RESULT_COLUMNS,
+    IoCosts,
+    MeasuredCosts,
     build_rows,
+    costs_from_records,
     crossovers,
-    params_from_table,
+    crossovers_by_replicas,
+    describe_crossovers,
+    io_costs_from_table,
+    is_io_table,
+    layout_params,
+    replica_counts,
     write_plot,
 )
 
@@ -33,32 +43,69 @@ MAX_GPUS = 1_000_000
 range of interest is 8 to 100,000 GPUs)."""
 
 
-def load_params_from_results(path: Path) -> tuple[dict[str, float], dict[str, Any]]:
-    """Median model parameters from a records table (CSV or Parquet, one row per
-    run), or the table of a sweep or run directory
-    (:func:`jitbench.records.load_results`).
+@dataclass
+class FromResults:
+    """What ``--from-results`` gave: the costs of a records table and of an io table."""
 
-    For each column of :data:`RESULT_COLUMNS` present, the median over rows
-    where it is a finite number (NaN-tolerant). Where a ``strategy`` column
-    exists, ``step_time_s`` prefers ``none`` rows, ``save_s`` prefers ``jit*``
-    rows and ``checkpoint_s`` prefers ``periodic:*`` rows, falling back to all
-    rows. Returns ``(overrides, info)``; ``info`` holds the row count and the
-    median ``world_size`` (informational). Raises :class:`InputError` on a
-    missing/unreadable file, no usable column, or a negative (or zero step)
-    value.
+    records: MeasuredCosts | None = None
+    """Medians of a records/results table, by layout (``ddp``, ``hsdp:RxS``)."""
+    io: IoCosts | None = None
+    """Seconds per GB of state of a ``jitbench io`` table."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """For the JSON output: the records table's ``path``, ``rows``,
+    ``world_size_median``, ``layouts`` (rows per layout) and ``io`` (the io table's
+    path, state size and s/GB)."""
+
+
+def load_from_results(paths: Sequence[Path]) -> FromResults:
+    """Read each ``--from-results`` path: at most one records table (CSV or Parquet,
+    one row per run, or the table of a sweep or run directory, or every run's
+    records below a directory: :func:`jitbench.records.load_results`) and at most
+    one ``jitbench io`` table (the CSV of ``jitbench io --csv``: it has the columns
+    ``what``, ``mb``, ``seconds``).
+
+    Records: for each column of :data:`RESULT_COLUMNS` present, the median over rows
+    where it is a finite number (NaN-tolerant), per layout of the ``parallel``
+    column (:func:`~jitbench.reports.projection.costs_from_records`; absent: every
+    row ``ddp``). Where a ``strategy`` column exists, ``step_time_s`` prefers
+    ``none`` rows, ``save_s`` prefers ``jit*`` rows and ``checkpoint_s`` prefers
+    ``periodic:*`` rows, falling back to all rows. io: seconds per GB of the JIT
+    save, the restore, the periodic checkpoint and the split saves
+    (:func:`~jitbench.reports.projection.io_costs_from_table`).
+
+    Raises:
+        InputError: a missing/unreadable file, a table that is neither a records
+            table with a cost nor an io table with a usable row, two tables of one
+            kind, a bad ``parallel`` cell, or a negative (or zero step) value.
     """
-    try:
-        df = records.load_results(path, require=())
-    except InputError as exc:
-        raise InputError(f"--from-results: {exc}") from None
-    path = records.find_table(path) or path if path.is_dir() else path
-    overrides = params_from_table(df, str(path))
-    info: dict[str, Any] = {"path": str(path), "rows": len(df)}
-    if "world_size" in df.columns:
-        ws = pd.to_numeric(df["world_size"], errors="coerce").dropna()
-        if len(ws):
-            info["world_size_median"] = float(ws.median())
-    return overrides, info
+    out = FromResults()
+    for path in paths:
+        path = Path(path)
+        try:
+            df = records.load_results(path, require=())
+        except InputError as exc:
+            raise InputError(f"--from-results: {exc}") from None
+        shown = (records.find_table(path) or path) if path.is_dir() else path
+        if is_io_table(df):
+            if out.io is not None:
+                raise InputError(f"--from-results: {shown}: a second jitbench io table "
+                                 f"(the first: {out.info['io']['path']}); give one")
+            out.io = io_costs_from_table(df, str(shown))
+            out.info["io"] = {"path": str(shown), "measured_state_gb": out.io.state_gb,
+                              "s_per_gb": out.io.s_per_gb,
+                              "split_save_s_per_gb": out.io.split_save_s_per_gb,
+                              "split_restore_s_per_gb": out.io.split_restore_s_per_gb}
+            continue
+        if out.records is not None:
+            raise InputError(f"--from-results: {shown}: a second records table (the first: "
+                             f"{out.info['path']}); give one, or a directory holding the runs")
+        out.records = costs_from_records(df, str(shown))
+        out.info.update({"path": str(shown), "rows": len(df), "layouts": out.records.rows})
+        if "world_size" in df.columns:
+            ws = pd.to_numeric(df["world_size"], errors="coerce").dropna()
+            if len(ws):
+                out.info["world_size_median"] = float(ws.median())
+    return out
 
 
 def _fmt_interval(seconds: float | None) -> str:
@@ -98,7 +145,9 @@ def _clean(obj: Any) -> Any:
 
 def _print_table(rows: list[dict[str, Any]], cross: dict[str, list[dict[str, Any]]],
                  params: ModelParams, sources: dict[str, str], horizon_hours: float,
-                 trials: int, seed: int) -> None:
+                 trials: int, seed: int, by_replicas: list[dict[str, Any]] | None = None,
+                 loaded: FromResults | None = None, io_scale: dict[str, Any] | None = None,
+                 ) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -153,10 +202,34 @@ def _print_table(rows: list[dict[str, Any]], cross: dict[str, list[dict[str, Any
         lo, hi = c["between_gpus"]
         console.print(f"simulated crossover {c['a']} vs {c['b']}: between N = {lo:,} and "
                       f"{hi:,} ({c['below']} below, {c['above']} above)")
-    measured = [k for k, v in sources.items() if v != "flag"]
+    if by_replicas:
+        console.print(f"analytic crossover {by_replicas[0]['a']} vs {by_replicas[0]['b']} by "
+                      "layout (hsdp R: R replicas per shard, N a multiple of R):", markup=False)
+        for b in by_replicas:
+            console.print(f"  {b['layout']}{' (measured)' if b.get('measured') else ''}, costs "
+                          f"from {b['costs']}: {describe_crossovers(b)}", markup=False)
+    info = loaded.info if loaded is not None else {}
+    measured = [k for k, v in sources.items() if v == "results"]
     if measured:
-        console.print("from results: " + ", ".join(f"{k} = {getattr(params, k):.4g}"
-                                                    for k in measured))
+        layouts = ", ".join(f"{k} {n} rows" for k, n in (info.get("layouts") or {}).items())
+        reps = params.replicas_per_shard
+        console.print(f"from results ({layouts}; the table above: "
+                      f"{'ddp' if reps is None else f'hsdp R={reps}'}): "
+                      + ", ".join(f"{k} = {getattr(params, k):.4g}" for k in measured),
+                      markup=False)
+    if loaded is not None and loaded.io is not None and io_scale is not None:
+        io = loaded.io
+        from_io = [k for k, v in sources.items() if v == "io"]
+        split = ", ".join(f"R={r} {v:.3g}" for r, v in io.split_save_s_per_gb.items())
+        writers = io_scale["split_writers"]
+        console.print(
+            f"from io table {info['io']['path']} (state {io.state_gb:.3g} GB measured, "
+            f"scaled to {io_scale['state_gb']:.3g} GB; save by "
+            f"{'1 writer' if writers is None else f'{writers} split writers'}): "
+            + (", ".join(f"{k} = {getattr(params, k):.4g}" for k in from_io) or "every cost "
+               "given as a flag")
+            + "; s/GB: " + ", ".join(f"{k} {v:.3g}" for k, v in io.s_per_gb.items())
+            + (f"; split save s/GB by writers: {split}" if split else ""), markup=False)
 
 
 def model_main(
@@ -168,7 +241,7 @@ def model_main(
     detect_s: float,
     save_s: float,
     restore_s: float,
-    from_results: Path | None,
+    from_results: Path | Sequence[Path] | None,
     horizon_hours: float,
     trials: int,
     seed: int,
@@ -182,18 +255,37 @@ def model_main(
     replicas_per_shard: int | None = None,
     weibull_shape: float | None = None,
     explicit: frozenset[str] = frozenset(),
+    state_gb: float | None = None,
+    split_writers: int | None = None,
+    crossover_replicas: Sequence[int] = CROSSOVER_REPLICAS,
 ) -> int:
     """Print wasted GPU-hours per day and goodput of jit, jit-transparent,
     periodic (Young/Daly optimum) and periodic-async for each world size in
     ``gpus``, analytic and simulated side by side, and their crossovers.
 
     Durations in seconds, ``mtbf_hours_per_gpu`` and ``horizon_hours`` in
-    hours. ``from_results`` (CSV/Parquet records) overrides the step, save,
-    restore, restart, detect and checkpoint costs with its medians (see
-    :func:`load_params_from_results`), except those named in ``explicit``
-    (parameters the user gave on the command line: a flag wins). ``as_json``: one JSON object on stdout
-    instead of the table. ``out_dir``: also write ``model.csv`` and
-    ``model.png`` there. Returns 0, or 2 on bad input (one line on stderr).
+    hours, ``state_gb`` in GB (10^9 bytes). ``from_results`` (one path or several:
+    a records table and/or a ``jitbench io`` table, see :func:`load_from_results`)
+    overrides the step, save, restore, restart, detect and checkpoint costs with
+    its medians, except those named in ``explicit`` (parameters the user gave on
+    the command line: a flag wins over an io table, which wins over the records
+    for the save, restore and checkpoint costs):
+
+    - records rows of ``jitbench run --parallel hsdp:RxS`` give the costs of a job
+      of R replicas per shard; a table of such rows only sets the model's
+      ``replicas_per_shard`` to its (smallest) R, unless ``replicas_per_shard`` is
+      given;
+    - an io table gives seconds per GB, times ``state_gb`` (default: the state
+      size the io table measured); ``split_writers`` R takes the save (and
+      restore) of R split writers instead of one writer's.
+
+    Beside the table, the analytic ``jit`` vs ``periodic`` crossover for plain
+    data parallel and each HSDP replica count in ``crossover_replicas``, every
+    measured R and ``replicas_per_shard``, each with its layout's costs
+    (:func:`~jitbench.reports.projection.crossovers_by_replicas`). ``as_json``:
+    one JSON object on stdout instead of the table. ``out_dir``: also write
+    ``model.csv`` and ``model.png`` there. Returns 0, or 2 on bad input (one line
+    on stderr).
     """
     try:
         if not gpus:
@@ -211,7 +303,13 @@ def model_main(
             raise InputError(f"--horizon-hours must be > 0 (got {horizon_hours})")
         if weibull_shape is not None and not weibull_shape > 0:
             raise InputError(f"weibull shape must be > 0 (got {weibull_shape})")
-        params = ModelParams(
+        bad_r = [r for r in crossover_replicas if int(r) != r or not 1 <= r <= MAX_GPUS]
+        if bad_r:
+            raise InputError(f"--crossover-replicas: replicas per shard must be integers in "
+                             f"1..{MAX_GPUS:,} (got {bad_r[0]})")
+        if split_writers is not None and split_writers < 1:
+            raise InputError(f"--split-writers must be >= 1 (got {split_writers})")
+        flags = ModelParams(
             mtbf_hours_per_gpu=float(mtbf_hours_per_gpu), step_s=float(step_s),
             checkpoint_s=float(checkpoint_s), restart_s=float(restart_s),
             detect_s=float(detect_s), save_s=float(save_s), restore_s=float(restore_s),
@@ -220,17 +318,40 @@ def model_main(
             fallback_interval_s=float(fallback_interval_hours) * SECONDS_PER_HOUR,
             gpus_per_host=gpus_per_host, replicas_per_shard=replicas_per_shard,
         )
+        if from_results is None:
+            paths: list[Path] = []
+        elif isinstance(from_results, str | Path):
+            paths = [Path(from_results)]
+        else:
+            paths = [Path(p) for p in from_results]
+        loaded = load_from_results(paths)
+        if loaded.io is None and (state_gb is not None or split_writers is not None):
+            flag = "--state-gb" if state_gb is not None else "--split-writers"
+            raise InputError(f"{flag} needs a jitbench io table in --from-results (its "
+                             "seconds per GB of state are what is scaled)")
+        io_over: dict[str, float] = {}
+        io_scale: dict[str, Any] | None = None
+        if loaded.io is not None:
+            io_over = loaded.io.overrides(state_gb, split_writers)
+            io_scale = {"state_gb": loaded.io.state_gb if state_gb is None else state_gb,
+                        "split_writers": split_writers, "costs_s": io_over}
+            loaded.info["io"].update(io_scale)
+
+        main_reps = replicas_per_shard
+        if main_reps is None and loaded.records is not None:
+            main_reps = loaded.records.main_replicas()
+        params, over, _ = layout_params(flags, loaded.records, main_reps, io_over, explicit)
         sources = {k: "flag" for k in RESULT_COLUMNS.values()}
-        results_info: dict[str, Any] | None = None
-        if from_results is not None:
-            overrides, results_info = load_params_from_results(Path(from_results))
-            overrides = {k: v for k, v in overrides.items() if k not in explicit}
-            params = replace(params, **overrides)
-            sources.update({k: "results" for k in overrides})
-        try:
-            params.validate()
-        except ValueError as exc:
-            raise InputError(str(exc)) from None
+        sources.update({k: "results" for k in over})
+        sources.update({k: "io" for k in io_over if k not in explicit})
+        results_info: dict[str, Any] | None = loaded.info or None
+        if results_info is not None:
+            results_info["replicas_per_shard"] = main_reps
+        measured_reps = set(loaded.records.replicas) if loaded.records is not None else set()
+        layouts: list[tuple[int | None, ModelParams, str]] = []
+        for r in [None, *replica_counts(loaded.records, crossover_replicas, main_reps)]:
+            p, _, label = layout_params(flags, loaded.records, r, io_over, explicit)
+            layouts.append((r, p, label))
         if out_dir is not None:
             out_dir = Path(out_dir)
             if out_dir.exists() and not out_dir.is_dir():
@@ -245,6 +366,9 @@ def model_main(
 
     rows = build_rows(ns, params, horizon_hours, trials, seed, weibull_shape)
     cross = crossovers(params, ns, rows)
+    by_replicas = crossovers_by_replicas(layouts, ns)
+    for b in by_replicas:
+        b["measured"] = b["replicas_per_shard"] in measured_reps
     files: dict[str, str] = {}
     if out_dir is not None:
         csv_path, png_path = out_dir / "model.csv", out_dir / "model.png"
@@ -267,11 +391,13 @@ def model_main(
                            else f"weibull(shape={weibull_shape:g})"},
             "rows": rows,
             "crossovers": cross,
+            "crossovers_by_replicas": by_replicas,
             "files": files,
         }
         print(json.dumps(_clean(obj), allow_nan=False))
     else:
-        _print_table(rows, cross, params, sources, horizon_hours, trials, seed)
+        _print_table(rows, cross, params, sources, horizon_hours, trials, seed, by_replicas,
+                     loaded, io_scale)
         for kind, path in files.items():
             print(f"wrote {kind}: {path}")
     return 0

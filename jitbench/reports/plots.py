@@ -23,8 +23,9 @@ from matplotlib.patches import Patch  # noqa: E402
 STRATEGY_COLORS = {"jit": "#1b9e77", "periodic": "#d95f02", "periodic-async": "#7570b3",
                    "periodic-auto": "#e7298a", "none": "#6b6b6b", "jit-inprocess": "#66a61e",
                    "torchft": "#e6ab02", "nvrx": "#a6761d", "nvrx-sections": "#a6761d",
-                   "inmem": "#1f78b4"}
-"""Colour of each strategy family (ColorBrewer Dark2, then Paired for ``inmem``)."""
+                   "inmem": "#1f78b4", "own": "#b15928"}
+"""Colour of each strategy family (ColorBrewer Dark2, then Paired for ``inmem`` and
+``own``, a launched script's own recovery)."""
 PHASES = ("detect_s", "save_s", "restart_s", "reform_s", "transfer_s", "restore_s",
           "replay_s", "other_s")
 """Recovery phases in the order they happen: a whole-job restart has ``restart_s``, an
@@ -62,12 +63,12 @@ def strategy_color(strategy: str) -> str:
 
 
 def strategy_order(strategies) -> list[str]:
-    """jit and jit-inprocess first, then periodic, periodic-async, auto, the peers, none
-    (stable within a family)."""
+    """jit and jit-inprocess first, then periodic, periodic-async, auto, the peers, a
+    launched script's own recovery, none (stable within a family; unknown names last)."""
     rank = {"jit": 0, "jit-inprocess": 1, "periodic": 2, "periodic-async": 3,
             "periodic-auto": 4, "inmem": 5, "torchft": 6, "nvrx": 7, "nvrx-sections": 8,
-            "none": 9}
-    return sorted(dict.fromkeys(strategies), key=lambda s: (rank.get(strategy_family(s), 10), s))
+            "own": 9, "none": 10}
+    return sorted(dict.fromkeys(strategies), key=lambda s: (rank.get(strategy_family(s), 11), s))
 
 
 # ----------------------------------------------------------------- timeline

@@ -11,13 +11,16 @@ runs, and wasted work at scale from the measured costs.
   the Llama 3 report's per-GPU MTBF
   (:data:`jitbench.reports.model.LLAMA3_MTBF_HOURS_PER_GPU`) unless given;
   the analytic model and the simulator then give wasted GPU-hours per day and
-  goodput for 8 to 100,000 GPUs, and the crossover world sizes.
+  goodput for 8 to 100,000 GPUs, and the crossover world sizes; beside them the
+  JIT vs periodic crossover for plain data parallel and each HSDP replica count
+  (:func:`jitbench.reports.projection.crossovers_by_replicas`), with the costs of
+  the results' ``hsdp:RxS`` rows where there are any.
 """
 
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +65,13 @@ class ScaleResult:
     """The model parameters used (s; MTBF in hours per GPU)."""
     measured: list[str]
     """Parameter names that came from the results (the rest are the model's defaults)."""
+    by_replicas: list[dict[str, Any]] = field(default_factory=list)
+    """:func:`jitbench.reports.projection.crossovers_by_replicas` rows (jit vs periodic
+    for plain data parallel and each HSDP replica count), each with ``measured``
+    (whether the results hold ``hsdp`` rows of that R) and ``text`` (one line)."""
+    layout: str = "ddp"
+    """The layout of the main table: ``ddp``, or ``hsdp R=..`` for results of ``hsdp``
+    runs only."""
 
 
 def at_scale(table, mtbf_hours_per_gpu: float | None = None,
@@ -81,23 +91,30 @@ def at_scale(table, mtbf_hours_per_gpu: float | None = None,
     from jitbench.reports import model as m
     from jitbench.reports import projection
 
-    try:
-        overrides = projection.params_from_table(table)
-    except InputError:
-        return None
-    if not {"restart_s", "detect_s"} <= set(overrides):
-        return None
     mtbf = mtbf_hours_per_gpu or m.LLAMA3_MTBF_HOURS_PER_GPU
-    params = replace(m.ModelParams(mtbf_hours_per_gpu=mtbf), **overrides)
+    base = m.ModelParams(mtbf_hours_per_gpu=mtbf)
     try:
-        params.validate()
-    except ValueError:
+        costs = projection.costs_from_records(table)
+        main = costs.main_replicas()
+        params, overrides, _ = projection.layout_params(base, costs, main)
+        if not {"restart_s", "detect_s"} <= set(overrides):
+            return None
+        layouts = []
+        for r in [None, *projection.replica_counts(costs)]:
+            p, _, label = projection.layout_params(base, costs, r)
+            layouts.append((r, p, label))
+    except InputError:
         return None
     rows = projection.build_rows(list(gpus), params, SCALE_HORIZON_HOURS, trials, SCALE_SEED)
     cross = projection.crossovers(params, list(gpus), rows)["analytic"]
+    by_replicas = projection.crossovers_by_replicas(layouts, list(gpus))
+    for b in by_replicas:
+        b["measured"] = b["replicas_per_shard"] in costs.replicas
+        b["text"] = projection.describe_crossovers(b)
     buf = io.BytesIO()  # savefig writes PNG (its default format) to a file object too
     projection.write_plot(buf, params, list(gpus), rows)
     used = {k: float(getattr(params, k)) for k in (
         "mtbf_hours_per_gpu", "step_s", "checkpoint_s", "save_s", "restore_s", "restart_s",
         "detect_s")}
-    return ScaleResult(buf.getvalue(), rows, cross, used, sorted(overrides))
+    return ScaleResult(buf.getvalue(), rows, cross, used, sorted(overrides), by_replicas,
+                       "ddp" if main is None else f"hsdp R={main}")

@@ -50,6 +50,10 @@ class Column:
     ok: str | None = None
     """Row key whose truth marks the cell good or bad (``replayed_steps`` is good when
     ``replay_ok``); a ``bool`` column marks itself."""
+    promised: str | None = None
+    """Row key that, when false, leaves the cell unmarked: the run's strategy promises
+    nothing about it (``replay_promised`` false: a launched script's own recovery;
+    ``bitwise_promised`` false: a peer that trains on with fewer replicas)."""
 
     @property
     def left(self) -> bool:
@@ -102,7 +106,12 @@ def cell(col: Column, row: Any, symbols: dict = TERMINAL) -> str:
 
 
 def good(col: Column, row: Any) -> bool | None:
-    """Whether the cell is marked good (True), bad (False) or not at all (None)."""
+    """Whether the cell is marked good (True), bad (False) or not at all (None: nothing
+    to judge, or the strategy promises nothing about it, :attr:`Column.promised`)."""
+    if col.promised is not None:
+        v = row.get(col.promised)
+        if not _missing(v) and not truth(v):
+            return None
     if col.ok is not None:
         return truth(row.get(col.ok))
     if col.format == "bool":
@@ -144,10 +153,10 @@ RESULT_COLUMNS = [
     Column("restart_s", "restart s", "s"), Column("reform_s", "re-form s", "s"),
     Column("transfer_s", "transfer s", "s"), Column("restore_s", "restore s", "s"),
     Column("replay_s", "replay s", "s"), Column("recovery_s", "recovery s", "s"),
-    Column("replayed_steps", "replayed", "steps", ok="replay_ok"),
+    Column("replayed_steps", "replayed", "steps", ok="replay_ok", promised="replay_promised"),
     Column("expected_replayed_steps", "expected", "steps"),
     Column("wasted_gpu_s", "wasted GPU-s", "GPU-s"), Column("goodput", "goodput"),
-    Column("state_equal", "state equal", format="bool"),
+    Column("state_equal", "state equal", format="bool", promised="bitwise_promised"),
     Column("max_abs_diff", "max |diff|", format="3")]
 """One row per run of a sweep (or a run's records)."""
 OVERHEAD_COLUMNS = [

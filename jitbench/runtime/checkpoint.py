@@ -31,6 +31,15 @@ them and names the missing one, :func:`load_part` merges them
 (:func:`merge_states`). Only committed slices count, so each slice is still
 committed by its own manifest's rename.
 
+Sharded parts (``write_part(..., shard_of=(j, S))``, :data:`FORMAT_SHARDED`): under
+hybrid sharding (HSDP, :mod:`jitbench.runtime.sharded`) rank ``r`` holds shard
+``j = r % S`` of the parameters and optimizer moments; its part holds that shard's
+local tensors plus the small replicated state (step, RNG, scheduler, data) and its
+manifest says ``shard: j``, ``shards: S``, ``parts_needed: S``. A step is restorable
+only when every shard index has a valid part (written by any replica of it):
+:func:`gather_shards` finds them and names the first missing shard, and every
+restarted rank loads its own shard's part (:func:`load_part` with ``shard``).
+
 Fault injection: :func:`set_io_hook` (:mod:`jitbench.runtime.ckpt_format`)
 installs a callable that the write and load paths call before each I/O step.
 
@@ -94,8 +103,8 @@ from jitbench.runtime.ckpt_format import (
 
 __all__ = [
     "CHUNK_BYTES", "COMMIT_TIME", "FORMAT", "FORMAT_SPLIT", "MANIFEST_VERSION", "CheckpointCorrupt", "CheckpointError",
-    "CheckpointMismatch", "CheckpointWriteError", "IoHook", "Part", "check_owner", "commit_stamp",
-    "committed", "fsync_dir", "gather_slices", "list_parts", "load_part", "merge_states", "newest_valid", "part_name", "prune", "read_manifest",
+    "CheckpointMismatch", "CheckpointWriteError", "FORMAT_SHARDED", "IoHook", "Part", "check_owner",
+    "commit_stamp", "committed", "fsync_dir", "gather_shards", "gather_slices", "shard_of_part", "list_parts", "load_part", "merge_states", "newest_valid", "part_name", "prune", "read_manifest",
     "set_io_hook", "split_state", "tensor_layout", "validate_part", "write_durable", "write_part",
 ]
 
@@ -116,6 +125,9 @@ def tensor_layout(obj: Any, prefix: str = "") -> dict[str, list]:
 
 FORMAT_SPLIT = "jitbench-split"
 """Manifest ``format`` of a split part: one slice of the state (see the module docstring)."""
+FORMAT_SHARDED = "jitbench-sharded"
+"""Manifest ``format`` of a sharded part: one shard index of an HSDP job's state (see the
+module docstring)."""
 
 
 def _leaves(obj: dict, prefix: tuple = ()) -> list[tuple[tuple, Any]]:
@@ -223,7 +235,8 @@ def _no_zip_crc32() -> Iterator[None]:
 
 def write_part(ckpt_dir: str | os.PathLike, kind: str, step: int, rank: int, world_size: int,
                state: dict, meta: dict | None = None, run_id: str = "",
-               slice_of: tuple[int, int] | None = None) -> Part:
+               slice_of: tuple[int, int] | None = None,
+               shard_of: tuple[int, int] | None = None) -> Part:
     """Serialise ``state`` and commit it as one checkpoint part.
 
     Args:
@@ -237,6 +250,8 @@ def write_part(ckpt_dir: str | os.PathLike, kind: str, step: int, rank: int, wor
         run_id: identity of the training job (restore refuses parts of another).
         slice_of: ``(i, n)``: write only slice ``i`` of ``n`` of ``state``
             (:func:`split_state`) as a split part; None: the whole state.
+        shard_of: ``(j, S)``: ``state`` is shard ``j`` of ``S`` of a sharded (HSDP)
+            job, written whole as a sharded part (:data:`FORMAT_SHARDED`).
 
     Returns:
         The committed :class:`Part`.
@@ -253,6 +268,10 @@ def write_part(ckpt_dir: str | os.PathLike, kind: str, step: int, rank: int, wor
         index, count = slice_of
         state = split_state(state, index, count)
         split = {"format": FORMAT_SPLIT, "parts_needed": count, "slice": index, "slices": count}
+    elif shard_of is not None:
+        index, count = shard_of
+        split = {"format": FORMAT_SHARDED, "parts_needed": count, "shard": index,
+                 "shards": count}
     buf = io.BytesIO()
     with _no_zip_crc32():
         torch.save(state, buf)
@@ -409,6 +428,22 @@ def _check_split(part: Part, manifest: dict) -> tuple[int, int] | None:
     return i, n
 
 
+def shard_of_part(part: Part, manifest: dict) -> tuple[int, int] | None:
+    """``(shard, shards)`` of a sharded part's manifest, None for any other part.
+
+    Raises:
+        CheckpointCorrupt: a sharded manifest whose fields are not ``0 <= shard < shards``.
+    """
+    if manifest.get("format") != FORMAT_SHARDED:
+        return None
+    j, n = manifest.get("shard"), manifest.get("shards")
+    if not (isinstance(j, int) and isinstance(n, int) and 0 <= j < n
+            and manifest.get("parts_needed") == n):
+        raise CheckpointCorrupt(f"{part.manifest_path.name}: bad shard fields "
+                                f"(shard {j!r} of {n!r})")
+    return j, n
+
+
 def validate_part(part: Part, world_size: int | None = None, run_id: str | None = None) -> dict:
     """Check a part against its manifest and return the manifest (a split part: this
     slice alone; :func:`gather_slices` checks that the others exist).
@@ -424,8 +459,54 @@ def validate_part(part: Part, world_size: int | None = None, run_id: str | None 
         dcp_format.validate_dir(part.path, manifest)
         return manifest
     _check_split(part, manifest)
+    shard_of_part(part, manifest)
     _read_verified(part, manifest)
     return manifest
+
+
+def gather_shards(part: Part, manifest: dict, world_size: int | None = None,
+                  run_id: str | None = None) -> list[tuple[Part, dict]]:
+    """One valid part per shard index of the sharded checkpoint ``part`` belongs to, in
+    shard order: the committed parts of the same directory, kind and step whose
+    manifests say the same shard count (and belong to this job); where several
+    replicas wrote one shard, the first that validates counts.
+
+    Raises:
+        CheckpointCorrupt: ``part`` is not sharded, or a shard has no valid part: the
+            message names the first missing shard, e.g. ``jit step 12: shard 0 of 2
+            missing (no replica of it wrote a valid part)``.
+        CheckpointMismatch: a sibling belongs to another job.
+    """
+    shape = shard_of_part(part, manifest)
+    if shape is None:
+        raise CheckpointCorrupt(f"{part.path.name}: not a sharded part")
+    n = shape[1]
+    chosen: dict[int, tuple[Part, dict]] = {}
+    why: dict[int, str] = {}
+    for other in list_parts(part.path.parent):
+        if other.kind != part.kind or other.step != part.step or other.path.suffix != ".pt":
+            continue
+        try:
+            m = read_manifest(other)
+            check_owner(other, m, world_size, run_id)
+            s = shard_of_part(other, m)
+            if s is None or s[1] != n or s[0] in chosen:
+                continue
+            _read_verified(other, m)
+        except CheckpointCorrupt as exc:
+            try:
+                idx = int(json.loads(other.manifest_path.read_text()).get("shard"))
+            except (OSError, ValueError, TypeError, AttributeError):
+                continue
+            why.setdefault(idx, str(exc))
+            continue
+        chosen[s[0]] = (other, m)
+    for j in range(n):
+        if j not in chosen:
+            reason = why.get(j, "no replica of it wrote a valid part")
+            raise CheckpointCorrupt(f"{part.kind} step {part.step}: shard {j} of {n} "
+                                    f"missing ({reason})")
+    return [chosen[j] for j in range(n)]
 
 
 def gather_slices(part: Part, manifest: dict, world_size: int | None = None,
@@ -497,13 +578,15 @@ def _load_bytes(name: str, data: bytes, manifest: dict) -> dict:
 
 
 def load_part(part: Part, world_size: int | None = None,
-              run_id: str | None = None) -> tuple[dict, dict]:
+              run_id: str | None = None, shard: int | None = None) -> tuple[dict, dict]:
     """Validate and load one part; returns ``(state, manifest)``.
 
     The file is read once, checked (size, SHA-256), unpickled from those bytes with
     ``weights_only=True``, and every tensor's shape and dtype must equal the
     manifest's layout. A split part loads every slice (:func:`gather_slices`) and
     returns the merged state with a manifest whose ``tensors`` is the merged layout.
+    A sharded part loads the part of shard index ``shard`` of the same step instead
+    (:func:`gather_shards`; ``shard`` None: the part itself).
 
     Raises:
         CheckpointCorrupt: validation failed, the file does not unpickle under
@@ -519,6 +602,12 @@ def load_part(part: Part, world_size: int | None = None,
         if hook is not None:
             hook("read", part.path, 0, int(manifest.get("bytes", 0)))
         return dcp_format.load_dir(part.path, manifest), manifest
+    sharded = shard_of_part(part, manifest)
+    if sharded is not None and shard is not None and sharded[0] != shard:
+        if not 0 <= shard < sharded[1]:
+            raise CheckpointMismatch(f"{part.path.name}: {sharded[1]} shards, this rank "
+                                     f"holds shard {shard}")
+        part, manifest = gather_shards(part, manifest, world_size, run_id)[shard]
     if _check_split(part, manifest) is not None:
         raw: dict[int, bytes] = {}
         slices = gather_slices(part, manifest, world_size, run_id, raw)
@@ -539,8 +628,10 @@ def newest_valid(ckpt_dir: str | os.PathLike, world_size: int | None = None,
                  skipped: list[tuple[Part, str]] | None = None,
                  run_id: str | None = None) -> tuple[Part, dict] | None:
     """The newest committed part that validates, or None. A split part counts only
-    when every slice of its step validates (:func:`gather_slices`); its siblings are
-    then not tried again.
+    when every slice of its step validates (:func:`gather_slices`), a sharded part
+    only when every shard index does (:func:`gather_shards`); its siblings are
+    then not tried again (those of an incomplete sharded step are each reported
+    skipped, with the missing shard).
 
     Corrupt parts (and split parts of an incomplete step, with the missing slice
     named) are reported through ``skipped`` as ``(part, reason)`` so the caller can
@@ -558,9 +649,21 @@ def newest_valid(ckpt_dir: str | os.PathLike, world_size: int | None = None,
             continue
         check_owner(part, manifest, world_size, run_id)
     split_done: set[tuple[str, int, int]] = set()
+    incomplete: dict[tuple[str, int, int], str] = {}  # sharded steps missing a shard: why
     for part in parts:
         try:
             manifest = validate_part(part, world_size, run_id)
+            sharded = None if part.path.suffix == ".dcp" else shard_of_part(part, manifest)
+            if sharded is not None:
+                key = (part.kind, part.step, -sharded[1])
+                if key in incomplete:  # every part of that step is skipped, for that reason
+                    raise CheckpointCorrupt(incomplete[key])
+                try:
+                    gather_shards(part, manifest, world_size, run_id)
+                except CheckpointCorrupt as exc:
+                    incomplete[key] = str(exc)
+                    raise
+                return part, manifest
             shape = None if part.path.suffix == ".dcp" else _check_split(part, manifest)
             if shape is not None:
                 key = (part.kind, part.step, shape[1])

@@ -53,6 +53,11 @@ an event recorded at the boundary, never on the training stream that waits
 for the hung NCCL kernel (:mod:`jitbench.runtime.device_copy`); ``os._exit``
 then skips the process group's destructor, which would wait for that kernel.
 
+From the moment a process decides to end (SIGTERM, a failure the strategy
+leaves on, the exit path) :attr:`Runtime.leaving` is true; the exit path takes
+:attr:`Runtime.leave_lock` before the event log closes, so work done under that
+lock (the fault injector committing a fault) is never cut in half by the exit.
+
 Restore order: model, optimizer, scheduler, scaler, data, extra; the RNG
 streams are set *at the start of the first step after the restore*
 (:meth:`Runtime.step`), so whatever the script does between
@@ -83,7 +88,8 @@ from jitbench.runtime.device_copy import DeviceCopyError, host_copy
 from jitbench.runtime.events import EventLog
 from jitbench.runtime.resources import resources
 from jitbench.runtime.rng import restore_rng
-from jitbench.runtime.state import Boundary, Registered, apply_state, to_bytes
+from jitbench.runtime.sharded import full_state, shard_index
+from jitbench.runtime.state import Boundary, Registered, apply_state, copy_small, to_bytes
 from jitbench.runtime.strategies.base import Loaded, Strategy
 from jitbench.runtime.watchdog import Check, Watchdog
 
@@ -157,7 +163,10 @@ class Runtime:
         self._holds_state_lock = False
         self._fail_lock = threading.Lock()
         self._failing = False
-        self._leaving = threading.Event()  # a failure that ends this process is handled
+        self._leaving = threading.Event()  # this process has decided to end (see leaving)
+        # taken to set _leaving (except in the SIGTERM handler) and before the process
+        # ends; the fault injector holds it while it commits a fault (leave_lock)
+        self._leave_lock = threading.RLock()
         self._save_done = threading.Event()
         self._exit_code: int | None = None  # set by the thread that ends the process
         self._phase = "init"  # no failure save before restore() has finished (nothing to lose yet)
@@ -172,6 +181,8 @@ class Runtime:
         self._pending_rng: dict | None = None
         self._notices: Any = None
         # SIGTERM always ends this process: from the moment it arrives, no new step starts
+        # (the handler runs on the main thread between two bytecodes, maybe inside a
+        # section that holds an event log's lock: it sets the flag without _leave_lock)
         self.watchdog = Watchdog(config, events, lambda: (self._phase, self._phase_since),
                                  self.fail, on_term=self._leaving.set)
 
@@ -180,6 +191,38 @@ class Runtime:
     def completed(self) -> int:
         """Optimizer steps completed (the step of the last boundary)."""
         return self._completed
+
+    @property
+    def leaving(self) -> bool:
+        """Whether this process has decided to end: true from the moment SIGTERM
+        arrives, a failure that ends the process is declared (:meth:`fail`, on any
+        thread: the watchdog's hang bound, a check, a notice, an exception of the
+        step) or the exit path starts; false again only after the strategy recovered
+        in process. Read-only; a few hundred ns.
+
+        A training thread that meets a fault's injection point while this is true
+        must not consume the fault (:class:`jitbench.faults.base.Injector` holds
+        there): the process may end at any moment, before the fault's event is
+        written or the fault acts."""
+        return self._leaving.is_set()
+
+    @property
+    def leave_lock(self) -> threading.RLock:
+        """The lock taken to make :attr:`leaving` true (on the failing thread) and
+        again on the exit path before the event log closes and the process ends.
+        Whoever must finish a short unit of work before the process may end (the
+        fault injector writing a fault's fired marker and its ``fault`` event)
+        holds it around that work and checks :attr:`leaving` inside: then either
+        the work completes before the process decides to leave, or it sees
+        :attr:`leaving` and does not start. Hold it only for bounded work (never
+        while waiting for another thread: the failing thread would wait too)."""
+        return self._leave_lock
+
+    def _set_leaving(self) -> None:
+        """Make :attr:`leaving` true under :attr:`leave_lock` (waits for a unit of
+        work in progress under it)."""
+        with self._leave_lock:
+            self._leaving.set()
 
     def register(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None,
                  scaler: Any = None, data_state: Callable[[int], dict] | None = None,
@@ -341,9 +384,12 @@ class Runtime:
         self._phase = "compute"
 
     def _on_optimizer_step(self, *_: Any) -> None:
-        if self._phase == "mutating":
-            return
+        # whether this (main) thread holds the state lock is its own flag, never the
+        # phase: a failure declared on another thread (SIGTERM, a notice, an Xid) sets
+        # the phase to "failure" at any instant, also inside the optimizer step
         if threading.current_thread() is not threading.main_thread():
+            return
+        if self._holds_state_lock:  # a second optimizer step in the same step
             return
         self.strategy.on_optimizer_step(self)
         self._state_lock.acquire()  # blocks for good if a failure save holds it
@@ -353,7 +399,7 @@ class Runtime:
     def _end(self, step: int, info: dict) -> None:
         t_end = time.monotonic()
         dur = t_end - self._phase_since
-        if self._phase != "mutating":  # no optimizer step ran: still take the lock
+        if not self._holds_state_lock:  # no optimizer step ran: still take the lock
             self._state_lock.acquire()
             self._holds_state_lock = True
         try:
@@ -455,7 +501,8 @@ class Runtime:
         ``state``: the complete state to write, already copied (a background
         write); default: assembled now from the live state and ``snapshot``.
         ``slice_of``: ``(i, n)``: only slice ``i`` of ``n`` (a split part,
-        :func:`jitbench.runtime.checkpoint.write_part`).
+        :func:`jitbench.runtime.checkpoint.write_part`). A sharded model's part is
+        this rank's shard (:meth:`shard`), whatever ``slice_of`` says.
 
         Raises:
             CheckpointWriteError: the write failed, or the device never reached the
@@ -470,21 +517,32 @@ class Runtime:
                                   self.config.device_copy_timeout_s)
             except DeviceCopyError as exc:
                 raise ckpt.CheckpointWriteError(str(exc)) from exc
+            shard = self.shard()
             part = ckpt.write_part(self.config.ckpt_dir, kind, step, self.rank, self.world_size,
                                    state, self.manifest_meta(), run_id=self.config.run_id,
-                                   slice_of=slice_of)
+                                   slice_of=None if shard else slice_of, shard_of=shard)
         except ckpt.CheckpointWriteError as exc:
             self.events.emit("save", "end", kind=kind, step=step, ok=False, error=str(exc),
                              errno=exc.errno, durable=True)
             raise
         self.events.emit("save", "end", kind=kind, step=step, ok=True, part=part.path.name,
                          bytes=part.path.stat().st_size, dur_s=time.monotonic() - t0,
-                         durable=True, **({"slice": list(slice_of)} if slice_of else {}))
+                         durable=True, **({"slice": list(slice_of)} if slice_of and not shard
+                                          else {}),
+                         **({"shard": list(shard)} if shard else {}))
         return part
+
+    def shard(self) -> tuple[int, int] | None:
+        """``(j, S)``: the shard index this rank holds and the shard count of a sharded
+        (FSDP2/HSDP) model; None when every rank holds the whole state."""
+        if not self.boundary.sharded:
+            return None
+        return shard_index(self.boundary.reg.model)
 
     def save_periodic(self, step: int, kind: str = "periodic",
                       unless_committed: bool = False) -> None:
-        """Synchronous checkpoint after ``step`` (rank 0 writes; all ranks wait).
+        """Synchronous checkpoint after ``step`` (rank 0 writes; all ranks wait). Under
+        sharding the ranks of replica 0 (``rank < S``) write one shard each.
 
         The barrier runs in the ``checkpoint`` phase, guarded by ``sync_bound_s``.
         A failed write on rank 0 is a failure of the job (the peers are told and
@@ -493,8 +551,10 @@ class Runtime:
         ``unless_committed``: write nothing (a ``save`` skip event) when a part of
         ``step`` is already committed.
         """
+        shard = self.shard()
+        writes = self.rank == 0 if shard is None else self.rank < shard[1]
         with self.checkpoint_phase():
-            if self.rank == 0:
+            if writes:
                 try:
                     have = ({p["step"] for p in ckpt.committed(self.config.ckpt_dir)}
                             if unless_committed else set())
@@ -506,7 +566,8 @@ class Runtime:
                 else:
                     try:
                         self.write_checkpoint(kind, step, self.boundary_snapshot())
-                        ckpt.prune(self.config.ckpt_dir, self.config.keep_steps)
+                        if self.rank == 0:
+                            ckpt.prune(self.config.ckpt_dir, self.config.keep_steps)
                     except ckpt.CheckpointWriteError as exc:
                         self.fail("storage_error", error=str(exc), save=False, notify=True,
                                   errno=exc.errno)
@@ -537,12 +598,9 @@ class Runtime:
         self.events.emit("restore", "begin", durable=True)
         self._phase = "init"
         t0 = time.monotonic()
-        res = RestoreResult()
         manifest: dict | None = None
         try:
-            loaded = self.strategy.restore_from(self)
-            if loaded is None:
-                loaded = self._load_from_directory(res)
+            loaded, res = self.find_checkpoint()
             if loaded is not None:
                 self._load(loaded, res)
                 manifest = loaded.manifest
@@ -558,6 +616,55 @@ class Runtime:
                          skipped=res.skipped, committed=res.committed,
                          dur_s=time.monotonic() - t0, durable=True)
         return res
+
+    def find_checkpoint(self) -> tuple[Loaded | None, RestoreResult]:
+        """The state :meth:`restore` would load, read but not loaded: the strategy's
+        (``restore_from``), else the newest valid part of the checkpoint directory,
+        chosen by rank 0 and broadcast (a collective: every rank calls it). The
+        :class:`RestoreResult` holds ``skipped`` and ``committed``; the rest is filled
+        by :meth:`load_checkpoint`.
+
+        Raises:
+            CheckpointError: the directory belongs to another job, or the chosen part
+                cannot be read (one line).
+        """
+        res = RestoreResult()
+        loaded = self.strategy.restore_from(self)
+        if loaded is None:
+            loaded = self._load_from_directory(res)
+        return loaded, res
+
+    def load_checkpoint(self, loaded: Loaded, res: RestoreResult,
+                        rng_now: bool = False) -> RestoreResult:
+        """Load a state found by :meth:`find_checkpoint` into the registered objects
+        (no ``restore`` events: the caller emits them). The RNG streams are set at the
+        start of the next step, or now with ``rng_now`` (a launched script under
+        transparent JIT loads at the point of its loop where the state was captured,
+        the end of an optimizer step, and draws its next batch before the next step
+        begins).
+
+        Raises:
+            CheckpointError: the state lacks a key or does not fit (one line).
+        """
+        self._load(loaded, res)
+        self.strategy.on_restore(self, res, loaded.manifest)
+        if rng_now and self._pending_rng is not None:
+            restore_rng(self._pending_rng)
+            self._pending_rng = None
+        self._phase, self._phase_since = "boundary", time.monotonic()
+        return res
+
+    def amend_snapshot(self, key: str, value: Any, step: int) -> bool:
+        """Replace ``key`` of the boundary snapshot of ``step`` with a copy of ``value``
+        (a launched script's ``GradScaler.update`` runs after the optimizer step that
+        ends the step, so the scaler's boundary value is known only then). Returns
+        False, changing nothing, when the snapshot is of another step."""
+        with self._state_lock:
+            snap = self.boundary.snapshot
+            if snap is None or snap.get("step") != step or key not in snap:
+                return False
+            snap[key] = copy_small(value)
+            return True
 
     def _load_from_directory(self, res: RestoreResult) -> Loaded | None:
         choice: list = [None, [], None]
@@ -586,7 +693,11 @@ class Runtime:
                     None)
         if part is None:
             raise ckpt.CheckpointError(f"{name}: chosen by rank 0 but not visible here")
-        state, manifest = ckpt.load_part(part, self.world_size, self.config.run_id)
+        shard = self.shard()
+        state, manifest = ckpt.load_part(part, self.world_size, self.config.run_id,
+                                         shard=shard[0] if shard else None)
+        if shard is not None and isinstance(manifest.get("rank"), int):  # this shard's part
+            name = ckpt.part_name(part.kind, part.step, manifest["rank"]) + part.path.suffix
         return Loaded(state, manifest, part.step, part.kind, name)
 
     def adopt(self, loaded: Loaded) -> RestoreResult:
@@ -640,10 +751,15 @@ class Runtime:
         if self.config.final_checkpoint:  # for a later job to resume from
             self.save_periodic(self._completed, kind="final", unless_committed=True)
             self._phase, self._phase_since = "checkpoint", time.monotonic()
+        if final_state_path and self.boundary.sharded:  # gathered by every rank
+            state = full_state(self.boundary.assemble(self._completed, self.boundary_snapshot(),
+                                                      local=False))
+        elif final_state_path and self.rank == 0:
+            state = self.boundary_state()
         if final_state_path and self.rank == 0:
             path = Path(final_state_path)
             path.parent.mkdir(parents=True, exist_ok=True)
-            ckpt.write_durable(path, to_bytes(self.boundary_state()))
+            ckpt.write_durable(path, to_bytes(state))
         try:
             if _dist_ready():
                 torch.distributed.barrier()
@@ -693,11 +809,12 @@ class Runtime:
                         return None
                     self._failing = True
                     if self.strategy.leaves_on(trigger):
-                        self._leaving.set()
+                        self._set_leaving()
                     break
             if self._save_done.is_set() or time.monotonic() > deadline:
                 self._save_done.wait(max(0.0, deadline - time.monotonic()))
                 time.sleep(10.0)
+                self._set_leaving()
                 self._exit_fn(self._exit_code if self._exit_code is not None else EXIT_FAILURE)
                 return EXIT_FAILURE
             time.sleep(0.005)
@@ -734,6 +851,9 @@ class Runtime:
         return code
 
     def _end_process(self, code: int) -> None:
+        # from here the process ends: an injection committing a fault finishes first
+        # (its marker and its event), and none starts after (it sees leaving)
+        self._set_leaving()
         self._exit_code = code
         try:
             for strategy in self._strategies.values():

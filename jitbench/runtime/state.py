@@ -36,6 +36,7 @@ from torch import nn
 from jitbench.runtime.checkpoint import CheckpointError
 from jitbench.runtime.device_copy import BoundaryEvents, cuda_devices
 from jitbench.runtime.rng import capture_rng_raw, rng_state
+from jitbench.runtime.sharded import globalize, is_sharded, localize, shard_optimizer_state
 
 __all__ = ["REQUIRED_KEYS", "Boundary", "Registered", "apply_state", "check_state", "copy_small",
            "to_bytes"]
@@ -118,6 +119,9 @@ class Boundary:
         self.reg = Registered()
         self.snapshot: dict | None = None
         self.device_events = BoundaryEvents([])
+        self.sharded = False
+        """The model's parameters are DTensors (FSDP2/HSDP): checkpoints hold this rank's
+        local shards (:mod:`jitbench.runtime.sharded`)."""
         self._live_buffers: list | None = None  # (name, tensor), cached by take() without into
 
     def register(self, reg: Registered, step: int) -> list[str]:
@@ -129,6 +133,7 @@ class Boundary:
             function, so a closure over mutable state would come back as built).
         """
         self.reg = reg
+        self.sharded = is_sharded(reg.model)
         warnings = []
         if any(isinstance(fn, types.FunctionType)
                for fn in getattr(reg.scheduler, "lr_lambdas", ())):
@@ -196,10 +201,15 @@ class Boundary:
         """Bring :attr:`snapshot` to the boundary after ``step``, buffers copied in place."""
         self.snapshot = self.take(step, into=self.snapshot)
 
-    def assemble(self, step: int, snapshot: dict) -> dict:
+    def assemble(self, step: int, snapshot: dict, local: bool = True) -> dict:
         """The complete checkpoint state at the boundary after ``step``: live
         parameters and optimizer moments plus ``snapshot`` (tensors are live
         references, not copies).
+
+        A sharded model's (:attr:`sharded`) parameters and moments are this rank's
+        local shards (plain tensors, :func:`~jitbench.runtime.sharded.localize`);
+        ``local`` False keeps them DTensors (for
+        :func:`~jitbench.runtime.sharded.full_state`).
 
         Raises:
             CheckpointError: ``snapshot`` is of another step.
@@ -217,6 +227,8 @@ class Boundary:
             opt_sd["param_groups"] = [{**hp, "params": g["params"]} for hp, g in
                                       zip(snapshot["param_groups"], opt_sd["param_groups"],
                                           strict=True)]
+        if self.sharded and local:
+            model_sd, opt_sd = localize(model_sd), localize(opt_sd)
         return {
             "model": model_sd,
             "optimizer": opt_sd,
@@ -299,10 +311,16 @@ def apply_state(reg: Registered, state: dict, manifest: dict, step: int) -> None
     """
     check_state(state, manifest, step, reg)
     where = "model"
+    sharded = is_sharded(reg.model)
     try:
-        reg.model.load_state_dict(state["model"], strict=True)
+        model_sd = state["model"]
+        if sharded:  # a part of this rank's shard: local tensors back into DTensors
+            model_sd = globalize(model_sd, reg.model.state_dict())
+        reg.model.load_state_dict(model_sd, strict=True)
         where = "optimizer"
         reg.optimizer.load_state_dict(state["optimizer"])
+        if sharded:
+            shard_optimizer_state(reg.optimizer)
         if reg.scheduler is not None:
             where = "scheduler"
             reg.scheduler.load_state_dict(state["scheduler"])

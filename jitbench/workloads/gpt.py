@@ -23,6 +23,7 @@ GEMM, fp16 steps are about 4x slower than float32 (tiny GPT: 0.095 vs
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -188,7 +189,9 @@ class GPTWorkload(Workload):
     """GPT on bytes: AdamW (betas 0.9/0.95, weight decay 0.1), warmup-cosine or step-decay LR.
 
     ``cfg.extra`` keys: see :data:`EXTRA_KEYS` (``dropout``, ``max_bytes``,
-    ``amp``, ``amp_growth_interval``, ``schedule``, ``lr_gamma``).
+    ``amp``, ``amp_growth_interval``, ``schedule``, ``lr_gamma``). ``prepare_model``
+    is applied to the model before the optimizer is built (sharding,
+    :mod:`jitbench.harness.parallel`).
 
     Raises:
         DataError: unusable data path.
@@ -198,7 +201,8 @@ class GPTWorkload(Workload):
     name = "gpt"
 
     def __init__(self, cfg: WorkloadConfig, rank: int, world_size: int,
-                 device: torch.device) -> None:
+                 device: torch.device,
+                 prepare_model: Callable[[nn.Module], object] | None = None) -> None:
         size = cfg.size or DEFAULT_SIZE
         if size not in SIZES:
             raise ValueError(f"unknown gpt size {size!r}; one of {', '.join(SIZES)}")
@@ -213,6 +217,8 @@ class GPTWorkload(Workload):
         self.sampler = PositionedSampler(self.data.num_samples, cfg.batch_size, cfg.grad_accum,
                                          rank, world_size, cfg.seed)
         self.model = GPT(mcfg).to(device)
+        if prepare_model is not None:  # e.g. FSDP2 fully_shard: before the optimizer
+            prepare_model(self.model)
         decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
         no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2]
         lr = cfg.lr if cfg.lr is not None else 3e-3

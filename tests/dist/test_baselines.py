@@ -42,6 +42,7 @@ def _run(tmp_path, refs, workload, strategy, kind, step, rank=1, **kw):
     return s, out.run_dir
 
 
+@pytest.mark.heavy  # CI suite time budget: nox -s heavy
 def test_periodic_async_restores_its_newest_committed_checkpoint(tmp_path, shared_reference):
     s, run_dir = _run(tmp_path, shared_reference, "gpt", "periodic-async:3", "kill", 8)
     f = s["failures"][0]
@@ -81,6 +82,7 @@ def test_periodic_auto_picks_the_young_interval_and_keeps_it_after_restore(tmp_p
     assert s["replay_ok"] is True and s["state_equal"] is True
 
 
+@pytest.mark.heavy  # CI suite time budget: nox -s heavy
 def test_resnet_jit_recovers_bitwise_when_rank0_dies(tmp_path, shared_reference):
     # rank 0's BatchNorm statistics are the authoritative ones under DDP; the
     # survivor (rank 1) must hold them at every step boundary for its JIT save
@@ -95,6 +97,7 @@ def _cli(*args, cwd=None, timeout=400):
                           text=True, timeout=timeout, cwd=cwd)
 
 
+@pytest.mark.heavy  # CI suite time budget: nox -s heavy
 @pytest.mark.timeout(600)
 def test_sweep_report_gate(tmp_path):
     """A seeded Poisson campaign (MTBF 5 steps: kills at steps 4 and 9, rank 0)
@@ -173,6 +176,7 @@ def test_overhead_prints_medians_ratios_and_spreads(tmp_path):
     assert jit["rt_us"] > s[s.strategy == "none"].iloc[0]["rt_us"]  # the snapshot is the cost
 
 
+@pytest.mark.heavy  # CI suite time budget: nox -s heavy
 @pytest.mark.timeout(600)
 def test_overhead_of_jit_inprocess_runs_one_launch_per_strategy_and_repeat(tmp_path):
     p = _cli("overhead", "--size", "tiny", "--batch-size", "2", "--strategies",
@@ -212,3 +216,42 @@ def test_overhead_of_a_peer_runs_in_launch_mode(tmp_path, peer, module):
     row = s[s.strategy == label].iloc[0]
     assert (s["mode"] == "launches").all() and row["step_s"] > 0
     assert row["overhead_pct_lo"] <= row["overhead_pct"] <= row["overhead_pct_hi"]
+
+
+@pytest.mark.heavy  # CI suite time budget: nox -s heavy
+@pytest.mark.timeout(300)
+def test_overhead_of_the_hooks_on_a_script_against_plain_torchrun(tmp_path):
+    """Issue 12: the hooks' overhead on a user's script, against the same script with
+    nothing of jitbench's but the step clock, in one command with the A/A control."""
+    script = Path(__file__).parents[2] / "examples" / "nanogpt_style.py"
+    p = _cli("overhead", "--strategies", "own", "--segment-steps", "4", "--repeats", "1",
+             "--warmup-steps", "2", "--out", str(tmp_path / "oh"), "--",
+             "python", str(script), "--max-iters", "7")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "none (plain torchrun)" in p.stdout and "A/A control" in p.stdout
+    s = pd.read_csv(tmp_path / "oh" / "overhead.csv")
+    assert list(s["strategy"]) == ["none", "own", "none-aa"]
+    assert (s["workload"] == "nanogpt_style.py").all() and (s["mode"] == "launches").all()
+    assert (s["step_s"] > 0).all() and s["cpu_overhead_pct"].notna().all()
+    runs = {d.name.split("-", 1)[1]: d for d in (tmp_path / "oh" / "runs").iterdir()}
+    for arm, hooked in (("none-r0", False), ("none-aa-r0", False), ("own-r0", True)):
+        d = runs[arm]
+        spec = json.loads((d / "spec.json").read_text())
+        assert spec["hooks"] is hooked and spec["step_timer"] and spec["faults"] == []
+        assert (d / "events").is_dir() is hooked  # the plain arm runs no runtime at all
+        times = json.loads((d / "steptimes" / "rank0-a0.json").read_text())
+        assert len(times["t_mono"]) == 7 and times["t_mono"] == sorted(times["t_mono"])
+    steps = pd.read_csv(tmp_path / "oh" / "overhead_steps.csv")
+    assert steps["measured"].sum() == 3 * 4
+
+
+@pytest.mark.timeout(120)
+def test_overhead_of_a_script_that_runs_too_few_steps_is_one_line(tmp_path):
+    script = Path(__file__).parents[2] / "examples" / "nanogpt_style.py"
+    p = _cli("overhead", "--strategies", "own", "--segment-steps", "4", "--repeats", "1",
+             "--warmup-steps", "2", "--out", str(tmp_path / "oh"), "--",
+             str(script), "--max-iters", "4")
+    assert p.returncode == 3, p.stderr[-3000:]
+    line = p.stderr.strip().splitlines()[-1]
+    assert "the script ran 4 optimizer steps; the measurement needs 6" in line
+    assert "Traceback" not in p.stderr

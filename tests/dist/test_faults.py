@@ -284,6 +284,7 @@ COMPOUND_PLAN = [
 ]
 
 
+@pytest.mark.heavy  # CI suite time budget: nox -s heavy
 def test_compound_faults_recover(tmp_path, refs):
     """4 ranks: two ranks killed at once; a rank killed while it writes its JIT
     checkpoint (after another rank's kill); a rank killed during restore."""
@@ -384,7 +385,8 @@ def test_c2_torn_periodic_write_resumes_from_newest_valid(storage_b):
     assert_recovered(s)
 
 
-@pytest.mark.parametrize("kind, params", [("eio", {"op": "write"}), ("torn-write", {})])
+@pytest.mark.parametrize("kind, params", [("eio", {"op": "write"}),
+                                          pytest.param("torn-write", {}, marks=pytest.mark.heavy)])
 def test_storage_faults_fire_in_the_asynchronous_writer(tmp_path, refs, kind, params):
     """periodic-async writes in a background thread, which had no I/O hook: these faults
     were accepted and never fired. EIO fails that save only (the previous checkpoint
@@ -462,6 +464,7 @@ def _results(s: dict) -> dict:
                           f["replayed_steps"]) for f in s["failures"]]}
 
 
+@pytest.mark.heavy  # CI suite time budget: nox -s heavy
 def test_seeded_poisson_campaign_replays(tmp_path, refs):
     """The same --seed gives the same fault times and the same results table."""
     plan = expand_scenario(POISSON, nproc=2, steps=STEPS, seed=0)

@@ -52,11 +52,13 @@ def _expected(step: int, at: str, n: int) -> tuple[int, int]:
     ("inmem:2", "kill", 6, "collective", 1),      # copy at 4, replays step 5
     pytest.param("inmem:2", "kill", 5, "collective", 0,  # copy at 4, nothing to replay;
                  marks=pytest.mark.heavy),                # its own agent restarts it
-    ("inmem:2", "nccl-hang", 8, "collective", 1),  # copy at 6, replays step 7
+    pytest.param("inmem:2", "nccl-hang", 8, "collective", 1,  # copy at 6, replays step 7
+                 marks=pytest.mark.heavy),
     pytest.param("inmem:1", "kill", 6, "collective", 1,  # a copy at every step
                  marks=pytest.mark.heavy),
     pytest.param("inmem:1", "nccl-hang", 5, "collective", 1, marks=pytest.mark.heavy),
-    ("inmem:4", "kill", 7, "optimizer", 1),       # peer finished 7, copy at 4: replays 5-7
+    pytest.param("inmem:4", "kill", 7, "optimizer", 1,  # peer finished 7, copy at 4: replays 5-7
+                 marks=pytest.mark.heavy),
 ], ids=lambda v: str(v))
 def test_one_failure_rolls_back_to_the_last_in_memory_copy(tmp_path, shared_reference,
                                                            strategy, kind, step, at, spares):
@@ -94,6 +96,7 @@ def test_one_failure_rolls_back_to_the_last_in_memory_copy(tmp_path, shared_refe
     assert metrics.event_order(run_dir) == expected_order(strategy, 1)
 
 
+@pytest.mark.heavy  # CI suite time budget: nox -s heavy
 @pytest.mark.timeout(400)
 def test_both_copies_lost_falls_back_to_disk(tmp_path, shared_reference):
     """Both ranks of a 2-rank job killed at the same step: rank 1's copy in rank 0's memory
@@ -124,6 +127,7 @@ def test_both_copies_lost_falls_back_to_disk(tmp_path, shared_reference):
     assert not run_processes(run_dir)
 
 
+@pytest.mark.heavy  # CI suite time budget: nox -s heavy
 @pytest.mark.timeout(300)
 def test_one_failure_leaves_no_more_resources_on_survivors(tmp_path, shared_reference):
     """At the end of training the survivor holds what the newcomer holds, no more: no

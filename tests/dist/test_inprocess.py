@@ -62,12 +62,14 @@ def _assert_clean_recovery(s: dict, run_dir: Path, failures: int) -> None:
 
 @pytest.mark.parametrize("kind, step, at, spares", [
     ("kill", 1, "collective", 1),
-    ("kill", 6, "optimizer", 0),      # no spare: the killed rank's agent restarts it
-    ("kill", STEPS - 1, "collective", 1),
-    ("nccl-hang", 1, "collective", 1),
-    ("nccl-hang", 6, "optimizer", 1),  # peers finished step 6 and wait in step 7
+    pytest.param("kill", 6, "optimizer", 0,  # no spare: the killed rank's agent restarts it
+                 marks=pytest.mark.heavy),
+    pytest.param("kill", STEPS - 1, "collective", 1, marks=pytest.mark.heavy),
+    pytest.param("nccl-hang", 1, "collective", 1, marks=pytest.mark.heavy),
+    pytest.param("nccl-hang", 6, "optimizer", 1,  # peers finished step 6 and wait in step 7
+                 marks=pytest.mark.heavy),
     ("nccl-hang", STEPS - 1, "collective", 0),
-], ids=lambda v: str(v))
+], ids=lambda v: str(v))  # two cells in the CI suite (its time budget), all in nox -s heavy
 def test_one_failure_recovers_in_process(tmp_path, shared_reference, kind, step, at, spares):
     s, run_dir = _run(tmp_path, shared_reference,
                       [FaultSpec(kind, 1, step, params={"at": at})], spares=spares)
@@ -84,6 +86,7 @@ def test_one_failure_recovers_in_process(tmp_path, shared_reference, kind, step,
         # took 5-7 s to start)
 
 
+@pytest.mark.heavy  # CI suite time budget: nox -s heavy
 def test_four_ranks_kill_and_hang(tmp_path, shared_reference):
     s, run_dir = _run(tmp_path, shared_reference,
                       [FaultSpec("kill", 2, 4), FaultSpec("nccl-hang", 3, 8)], nproc=4,
@@ -91,6 +94,7 @@ def test_four_ranks_kill_and_hang(tmp_path, shared_reference):
     _assert_clean_recovery(s, run_dir, 2)
 
 
+@pytest.mark.heavy  # CI suite time budget: nox -s heavy
 def test_three_failures_in_one_run(tmp_path, shared_reference):
     s, run_dir = _run(tmp_path, shared_reference,
                       [FaultSpec("kill", 1, 3), FaultSpec("nccl-hang", 0, 7),
@@ -98,6 +102,7 @@ def test_three_failures_in_one_run(tmp_path, shared_reference):
     _assert_clean_recovery(s, run_dir, 3)
 
 
+@pytest.mark.heavy  # CI suite time budget: nox -s heavy
 def test_second_failure_during_the_transfer(tmp_path, shared_reference):
     """The first replacement dies as it is about to receive the state (the survivors'
     broadcast fails); the next spare takes its place in a third generation."""
@@ -113,6 +118,7 @@ def test_second_failure_during_the_transfer(tmp_path, shared_reference):
     assert s["attempts"] == 1 and not run_processes(run_dir)
 
 
+@pytest.mark.heavy  # CI suite time budget: nox -s heavy
 def test_every_replica_lost_falls_back_to_the_jit_checkpoint(tmp_path, shared_reference):
     """Rank 1 fails in its own step 3 (an exception: it writes its JIT part of step 2 and
     leaves) while rank 0 is killed in the same step: no member is left to decide. The

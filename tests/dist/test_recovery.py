@@ -45,7 +45,8 @@ def _assert_fired_once(run_dir: Path, kind: str, step: int) -> None:
 
 
 @pytest.mark.parametrize("kind", ["kill", "nccl-hang"])
-@pytest.mark.parametrize("step", [1, 5, STEPS - 1])
+@pytest.mark.parametrize("step", [pytest.param(1, marks=pytest.mark.heavy), 5,
+                                  pytest.param(STEPS - 1, marks=pytest.mark.heavy)])
 def test_jit_recovers_bitwise(tmp_path, references, kind, step):
     s, run_dir = _run(tmp_path, references, kind, step)
     assert s["state_equal"] is True and s["max_abs_diff"] == 0.0
@@ -76,7 +77,7 @@ def test_hang_detected_in_seconds_not_backend_timeout(tmp_path, references):
     assert s["detect_s"] < spec.pg_timeout_s / 10
 
 
-@pytest.mark.parametrize("kind", ["kill", "nccl-hang"])
+@pytest.mark.parametrize("kind", ["kill", pytest.param("nccl-hang", marks=pytest.mark.heavy)])
 def test_periodic_replays_since_last_checkpoint(tmp_path, references, kind):
     s, run_dir = _run(tmp_path, references, kind, 8, strategy="periodic:3")
     f = s["failures"][0]
@@ -88,6 +89,7 @@ def test_periodic_replays_since_last_checkpoint(tmp_path, references, kind):
     assert s["checkpoint_saves"] >= 3
 
 
+@pytest.mark.heavy  # CI suite time budget: nox -s heavy
 def test_periodic_replays_several_steps(tmp_path, references):
     s, _ = _run(tmp_path, references, "kill", 10, strategy="periodic:4")
     f = s["failures"][0]

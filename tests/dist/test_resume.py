@@ -26,6 +26,7 @@ def _run(run_dir: Path, *extra: str) -> tuple[dict, str]:
     return json.loads((run_dir / "summary.json").read_text()), p.stdout
 
 
+@pytest.mark.heavy  # CI suite time budget: nox -s heavy
 @pytest.mark.timeout(600)
 def test_jit_says_what_it_wrote_and_a_resume_says_where_it_came_from(tmp_path):
     ckpt = tmp_path / "ckpt"

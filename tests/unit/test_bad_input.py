@@ -85,6 +85,23 @@ def test_nccl_backend_is_refused_without_enough_cuda_devices(jb, tmp_path, cmd):
     assert code == 2 and "unknown backend 'mpi'; one of gloo, nccl" in _one_line(err)
 
 
+@pytest.mark.parametrize("args, needle", [
+    (["--size", "tiny", "--", "SCRIPT"], "--size is a built-in workload's"),
+    (["--", "MISSING"], "does not exist"),
+    (["--strategies", "periodic:2", "--", "SCRIPT"], "own (jitbench's hooks) and jit "
+     "(transparent JIT), got 'periodic:2'"),
+    (["--", "-m"], "-m needs a module"),
+])
+def test_overhead_of_a_script_bad_input(jb, tmp_path, args, needle):
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    args = [str(script) if a == "SCRIPT" else str(tmp_path / "no.py") if a == "MISSING"
+            else a for a in args]
+    code, err = jb("overhead", "--out", str(tmp_path / "oh"), *args)
+    assert code == 2 and needle in _one_line(err)
+    assert not (tmp_path / "oh").exists()
+
+
 def test_data_paths(jb, tmp_path, monkeypatch):
     tiny = tmp_path / "tiny.txt"
     tiny.write_text("x" * 100)  # one 128-byte window needs 129 bytes

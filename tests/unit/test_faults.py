@@ -25,6 +25,7 @@ from jitbench.faults.storage import TearWrite, dir_usage_bytes, install_io_hook
 from jitbench.faults.xid import SimulatedProbe
 from jitbench.harness.spec import RunSpec, SpecError
 from jitbench.runtime import checkpoint as ckpt
+from jitbench.runtime.config import EXIT_FAILURE
 from jitbench.runtime.events import EventLog, read_events
 from jitbench.runtime.health import GpuHealth
 from jitbench.runtime.notice import PeerNotices
@@ -509,3 +510,191 @@ def test_new_notices_close_the_old_ones_and_their_poller_thread(tmp_path):
         assert old.check not in rt.watchdog._checks and new.check in rt.watchdog._checks
     finally:
         rt.close()
+
+
+# ------------------------------------------------------- a rank that is leaving
+class _AtWrite(_Record):
+    extra_points = ("write",)
+
+
+class _ProcessEnded(BaseException):
+    """Stands for the end of a process whose training thread is held at a point."""
+
+
+def _leaving_until_end(polls: list, leaving=lambda: True, end_after: int = 3):
+    """A ``leaving`` callable that says ``leaving()`` and, once a held point has polled
+    it ``end_after`` times, ends the "process" (raises :class:`_ProcessEnded`)."""
+
+    def check() -> bool:
+        now = leaving()
+        polls.append(now)
+        if now and len(polls) > end_after:
+            raise _ProcessEnded
+        return now
+
+    return check
+
+
+@pytest.mark.parametrize("point", ["step", "collective", "optimizer", "micro:0"])
+def test_a_leaving_rank_holds_a_due_fault_and_leaves_it_to_the_next_attempt(tmp_path, point):
+    """Issue 14 §5, campaign 23: a rank that is leaving (SIGTERMed, its watchdog ending
+    the process) reaches the next step's injection point. The point holds until the
+    process ends: no marker, no event, no firing; the next attempt fires the fault."""
+    log, polls = [], []
+    spec = FaultSpec("record", 1, 4, params={"at": point})
+    ev = EventLog(tmp_path / "ev" / "attempt000_rank00001.jsonl", 1, 0)
+    inj = Injector([_Record(spec, log)], 1, 0, tmp_path / "fired", ev,
+                   leaving=_leaving_until_end(polls))
+    inj.step = 4
+    t0 = time.monotonic()
+    with pytest.raises(_ProcessEnded):
+        inj.at(point, 4)
+    assert time.monotonic() - t0 >= 0.1  # it slept at the point (HOLD_POLL_S apart)
+    assert inj.held == 1 and len(polls) == 4 and log == []
+    ev.close()
+    assert list((tmp_path / "fired").iterdir()) == []
+    assert [e for e in read_events(tmp_path / "ev") if e["event"] == "fault"] == []
+    inj1, ev1 = _injector(tmp_path, [_Record(spec, log)], attempt=1)  # the restart
+    inj1.at(point, 4)
+    inj1.at(point, 4)
+    ev1.close()
+    assert log == [(spec.id, 4, 1)]
+    faults = [e for e in read_events(tmp_path / "ev") if e["event"] == "fault"]
+    assert [(e["fault_id"], e["attempt"]) for e in faults] == [(spec.id, 1)]
+    assert [p.name for p in (tmp_path / "fired").iterdir()] == [f"{spec.id}.attempt001"]
+
+
+def test_a_leaving_rank_holds_only_where_a_fault_is_due_and_fires_at_write_points(tmp_path):
+    """Points with nothing due go on (no call of ``leaving``); ``write`` points fire
+    while leaving (a second fault during the leaving rank's own JIT save); a held
+    point goes on once the process no longer leaves (an in-process recovery)."""
+    log = []
+    leaving = threading.Event()
+    leaving.set()
+    calls = []
+    plan = [_Record(FaultSpec("record", 1, 5, id="train"), log),
+            _AtWrite(FaultSpec("record", 1, 2, id="save", params={"at": "write"}), log)]
+    ev = EventLog(tmp_path / "ev" / "attempt000_rank00001.jsonl", 1, 0)
+    inj = Injector(plan, 1, 0, tmp_path / "fired", ev,
+                   leaving=lambda: calls.append(1) or leaving.is_set())
+    inj.at("step", 4)
+    inj.at("collective", 4)
+    assert calls == [] and log == []
+    inj.at("write", 4)
+    assert log == [("save", 4, 0)]
+    held = threading.Thread(target=inj.at, args=("step", 5), daemon=True)
+    held.start()
+    time.sleep(0.3)
+    assert held.is_alive() and log == [("save", 4, 0)] and inj.held == 1
+    assert not (tmp_path / "fired" / "train.attempt000").exists()
+    leaving.clear()
+    held.join(5)
+    assert not held.is_alive() and log == [("save", 4, 0), ("train", 5, 0)]
+    ev.close()
+    assert sorted(e["fault_id"] for e in read_events(tmp_path / "ev")
+                  if e["event"] == "fault") == ["save", "train"]
+
+
+def test_a_rank_that_is_not_leaving_fires_as_before(tmp_path):
+    log = []
+    spec = FaultSpec("record", 1, 3, params={"at": "micro:0"})
+    ev = EventLog(tmp_path / "ev" / "attempt000_rank00001.jsonl", 1, 0)
+    inj = Injector([_Record(spec, log)], 1, 0, tmp_path / "fired", ev, leaving=lambda: False)
+    for step in range(1, 6):
+        inj.at("micro:0", step)
+    ev.close()
+    assert log == [(spec.id, 3, 0)] and inj.held == 0
+    assert [e["fault_id"] for e in read_events(tmp_path / "ev") if e["event"] == "fault"] \
+        == [spec.id]
+    assert (tmp_path / "fired" / f"{spec.id}.attempt000").exists()
+
+
+def _runtime_with_faults(tmp_path, plan, exits):
+    """A runtime (strategy none, ``exit_fn`` records) with ``plan`` attached as the
+    worker attaches it (:func:`jitbench.faults.attach.attach`)."""
+    from jitbench.faults.attach import attach
+    from jitbench.runtime.config import RuntimeConfig
+    from jitbench.runtime.core import Runtime
+
+    class Quiet:
+        def add(self, key, n):
+            return 0
+
+    ev = EventLog(tmp_path / "ev" / "attempt000_rank00000.jsonl", 0, 0)
+    rt = Runtime(RuntimeConfig(strategy="none", ckpt_dir=str(tmp_path / "ck"),
+                               hang_first_s=600), ev, 0, 2, exit_fn=exits.append)
+    att = attach(rt, plan, rank=0, attempt=0, world_size=2, device_index=0, backend="gloo",
+                 seed=0, run_dir=tmp_path, ckpt_dir=tmp_path / "ck", events=ev,
+                 notice_store=Quiet())
+    ckpt.set_io_hook(None)
+    return rt, att.injector, ev
+
+
+def test_the_runtime_leaving_holds_the_next_steps_fault(tmp_path):
+    """Campaign 23 in one process: the watchdog thread handles SIGTERM (the runtime
+    decides to leave and runs its exit path, here an ``exit_fn`` that returns), then
+    the training thread reaches step 4's micro:0 point with a fault due there."""
+    exits: list = []
+    spec = FaultSpec("exception", 0, 4, params={"at": "micro:0"})
+    rt, inj, ev = _runtime_with_faults(tmp_path, [spec], exits)
+    try:
+        assert rt.leaving is False and inj.leaving() is False
+        watchdog = threading.Thread(target=rt.fail, args=("sigterm",), kwargs={"save": False})
+        watchdog.start()
+        watchdog.join(30)
+        assert rt.leaving is True and inj.leaving() is True and exits == [EXIT_FAILURE]
+        polls: list = []
+        inj.leaving = _leaving_until_end(polls, lambda: rt.leaving)
+        with pytest.raises(_ProcessEnded):
+            inj.at("micro:0", 4)
+        assert inj.held == 1 and not any((tmp_path / "faults_fired").iterdir())
+    finally:
+        rt.close()
+    assert [e for e in read_events(tmp_path / "ev") if e["event"] == "fault"] == []
+
+
+def test_the_exit_path_waits_for_a_fault_being_committed(tmp_path, monkeypatch):
+    """Lock order: an injection that checked ``leaving`` (false) and is between its
+    marker and its event holds the runtime's leave lock; a failure declared meanwhile
+    on another thread waits for it, so the process ends after the event (which the
+    exit's closing of the log would otherwise drop) and never between the two."""
+    from jitbench.faults.process import InjectedError, RaiseException
+
+    exits: list = []
+    spec = FaultSpec("exception", 0, 4, params={"at": "micro:0"})
+    rt, inj, ev = _runtime_with_faults(tmp_path, [spec], exits)
+    inside, go = threading.Event(), threading.Event()
+
+    def slow_fields(self, ctx):  # called after the marker, before the event
+        inside.set()
+        assert go.wait(30)
+        return {}
+
+    monkeypatch.setattr(RaiseException, "event_fields", slow_fields)
+    raised: list = []
+
+    def train():
+        try:
+            inj.at("micro:0", 4)
+        except InjectedError as exc:
+            raised.append(exc)
+
+    marker = tmp_path / "faults_fired" / f"{spec.id}.attempt000"
+    try:
+        training = threading.Thread(target=train)
+        training.start()
+        assert inside.wait(30) and marker.exists()
+        watchdog = threading.Thread(target=rt.fail, args=("sigterm",), kwargs={"save": False})
+        watchdog.start()
+        time.sleep(0.3)
+        assert watchdog.is_alive() and exits == [] and not rt.leaving  # waits for the commit
+        go.set()
+        training.join(30)
+        watchdog.join(30)
+        assert raised and exits == [EXIT_FAILURE] and rt.leaving
+    finally:
+        go.set()
+        rt.close()
+    evs = read_events(tmp_path / "ev")
+    names = [e["event"] for e in evs if e["event"] in ("fault", "failure", "exit")]
+    assert names == ["fault", "failure", "exit"]

@@ -11,7 +11,7 @@ from jitbench.cli.launch import ScriptOptions, build_spec, parse_command
 from jitbench.cli.run import DetectionOptions, FaultOptions
 from jitbench.errors import InputError, SpecError
 from jitbench.faults import FaultSpec
-from jitbench.harness.script import JIT_NOT_BUILT, ScriptSpec, unsupported_fault
+from jitbench.harness.script import ScriptSpec, unsupported_fault
 
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "ddp_tutorial.py")
 
@@ -59,7 +59,6 @@ def test_build_spec_places_the_fault():
 
 @pytest.mark.parametrize("kw, error, message", [
     ({"fault": "kill"}, InputError, "give --fault-step"),
-    ({"fault": "kill", "fault_step": 3, "strategy": "jit"}, SpecError, JIT_NOT_BUILT),
     ({"fault": "none", "strategy": "periodic:5"}, SpecError, "runs under --strategy own"),
     ({"fault": "eio", "fault_step": 3}, SpecError, "storage fault"),
     ({"fault": "kill", "fault_step": 3, "fault_param": ["at=restore"]}, SpecError,

@@ -164,6 +164,29 @@ def test_crossover_moves_with_jit_overhead():
     assert slower > base
 
 
+def test_crossovers_over_multiples_of_the_replica_count():
+    """An HSDP job of R replicas per shard is R x S GPUs: the scan looks at multiples of
+    R only, so an odd world size whose layout leaves one shard a single replica is not
+    reported as a crossover of its own."""
+    tiny = replace(DEFAULT, step_s=0.14, checkpoint_s=0.02, restart_s=8.0, detect_s=0.1,
+                   save_s=0.15, restore_s=0.14, replicas_per_shard=2)
+    every = find_crossovers(tiny, "jit", "periodic", 1, 1000)
+    assert len(every) > 20 and any(c.n_gpus % 2 for c in every)  # odd N flip the winner
+    even = find_crossovers(tiny, "jit", "periodic", 1, 1000, multiple_of=2)
+    assert [(c.n_gpus, c.above) for c in even] == [(4, "periodic"), (16, "jit"), (302, "periodic")]
+    for c in even:  # the winner changes between the multiples just below and at n_gpus
+        lo, hi = c.n_gpus - 2, c.n_gpus
+        assert (M.unclipped_waste_fraction(c.above, hi, tiny)
+                < M.unclipped_waste_fraction(c.below, hi, tiny))
+        assert (M.unclipped_waste_fraction(c.below, lo, tiny)
+                <= M.unclipped_waste_fraction(c.above, lo, tiny))
+    assert find_crossovers(DEFAULT, "jit", "periodic", 1, 10**6, multiple_of=1) \
+        == find_crossovers(DEFAULT, "jit", "periodic", 1, 10**6)
+    assert find_crossovers(DEFAULT, "jit", "periodic", 5, 7, multiple_of=8) == []
+    with pytest.raises(ValueError, match="multiple_of"):
+        find_crossovers(DEFAULT, multiple_of=0)
+
+
 def test_no_crossover_when_one_side_always_wins():
     # no steady cost and nothing that forces a fall back: JIT wins at every size
     only_gpu = (M.FailureCause("faulty GPU", "GPU", 1, 100.0, "gpu"),)

@@ -122,6 +122,20 @@ def test_gate_refuses_other_peer_versions():
     assert v.notes and json.dumps(v.notes)
 
 
+def test_a_missing_peer_version_is_the_same_from_parquet_and_csv():
+    """Not installed: None in a parquet table, NaN in the same table read from CSV."""
+    col = "machine_peer_nvidia-resiliency-ext"
+
+    class V:
+        notes: list = []
+
+    parquet = pd.DataFrame([{"strategy": "jit", col: None}])
+    csv = pd.DataFrame([{"strategy": "jit", col: float("nan")}])
+    _check_peer_versions(csv, parquet, V())
+    with pytest.raises(Incomparable, match="peer versions differ"):
+        _check_peer_versions(csv, pd.DataFrame([{"strategy": "jit", col: "0.4.1"}]), V())
+
+
 def test_model_from_results_leaves_the_peers_rows_out():
     from jitbench.reports.projection import params_from_table
 

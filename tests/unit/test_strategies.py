@@ -12,6 +12,7 @@ from jitbench.runtime.config import EXIT_FAILURE, RuntimeConfig
 from jitbench.runtime.core import Runtime
 from jitbench.runtime.events import EventLog, read_events
 from jitbench.runtime.strategies.base import Strategy
+from tests.conftest import one_rank_runtime
 
 
 @pytest.mark.parametrize("name", strategies.names())
@@ -40,15 +41,8 @@ def test_a_strategy_recovering_in_process_repeats_the_failed_step(tmp_path, monk
     monkeypatch.setitem(strategies.REGISTRY, "recovering", strategies.Entry(
         "recovering", f"{__name__}:Recovering", "test: in-process recovery"))
     exits: list[int] = []
-    rt = Runtime(RuntimeConfig(strategy="recovering", ckpt_dir=str(tmp_path / "ck"),
-                               hang_first_s=600),
-                 EventLog(tmp_path / "ev" / "attempt000_rank00000.jsonl", 0, 0), 0, 1,
-                 exit_fn=exits.append)
+    rt, model, opt = one_rank_runtime(tmp_path, "recovering", exit_fn=exits.append)
     try:
-        model = torch.nn.Linear(2, 2)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        rt.register(model, opt)
-        assert rt.restore().step == 0
         ran: list[int] = []
         for step in rt.steps(1, 3):
             with rt.step(step):

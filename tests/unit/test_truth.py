@@ -13,6 +13,7 @@ import errno
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,13 @@ import torch
 from jitbench import phases
 from jitbench.harness import metrics
 from jitbench.harness.launch import LaunchResult
-from jitbench.harness.run import agent_error, end_reason, resumed_step, summarize
+from jitbench.harness.run import (
+    agent_error,
+    end_reason,
+    record_row,
+    resumed_step,
+    summarize,
+)
 from jitbench.runtime import checkpoint as ckpt
 from tests.conftest import small_spec
 
@@ -212,6 +219,17 @@ def test_last_commit_step_per_failure_and_the_summary_says_the_last(tmp_path):
     s = summarize(spec, tmp_path, LaunchResult(0, 30.0), None)
     assert s["last_commit_step"] == 4 and [f["last_commit_step"] for f in s["failures"]] == [3, 4]
     assert (s["num_failures"], s["injected_failures"], s["own_failures"]) == (2, 2, 0)
+
+
+def test_the_record_says_how_the_model_was_spread(tmp_path):
+    """``parallel`` is a records column (``jitbench model --from-results`` reads the
+    replicas per shard from it): ``ddp``, or the ``hsdp:RxS`` layout as parsed."""
+    _two_failures(tmp_path, interrupted=False)
+    spec = small_spec(6, strategy="jit")
+    assert record_row(summarize(spec, tmp_path, LaunchResult(0, 30.0), None))["parallel"] == "ddp"
+    hsdp = replace(spec, parallel="HSDP:2x1")
+    assert record_row(summarize(hsdp, tmp_path, LaunchResult(0, 30.0), None))["parallel"] \
+        == "hsdp:2x1"
 
 
 # ---------------------------------------------------------------- own failures

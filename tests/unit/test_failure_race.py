@@ -1,0 +1,74 @@
+"""A failure declared on another thread while the training thread is inside the
+optimizer step (the ``mutating`` phase, state lock held): SIGTERM from the elastic
+agent, a peer's notice, a fatal Xid. The watchdog's failure path sets the phase to
+``failure`` at that instant; the training thread must still finish its step and
+let go of the state lock, so the JIT save writes the boundary after that step.
+
+Found by ``tests/dist/test_hygiene.py`` (SIGTERM to the harness 0.04 s into step
+5 of both ranks): ``_end`` read the phase to decide whether it held the lock,
+took it a second time and blocked; the save waited ``save_lock_timeout_s`` and was
+skipped ("optimizer step did not finish"), exit 76 with no checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+
+from jitbench.runtime.config import EXIT_FAILURE_SAVED
+from jitbench.runtime.core import Runtime
+from jitbench.runtime.events import read_events
+from tests.conftest import one_rank_runtime
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _declare_sigterm(rt: Runtime) -> None:
+    os.kill(os.getpid(), signal.SIGTERM)  # the watchdog thread declares it
+
+
+def _declare_notice(rt: Runtime) -> None:
+    threading.Thread(target=rt.fail, args=("notice",), kwargs={"reason": "peer left"},
+                     daemon=True).start()
+
+
+@pytest.mark.parametrize("declare", [_declare_sigterm, _declare_notice],
+                         ids=["sigterm", "notice"])
+def test_a_failure_inside_the_optimizer_step_saves_that_steps_boundary(tmp_path, declare):
+    codes: list[int] = []
+    rt, model, opt = one_rank_runtime(tmp_path, "jit", exit_fn=codes.append,
+                                      save_lock_timeout_s=5.0)
+    try:
+        def inside_the_step(*_):  # runs in the mutating phase, state lock held
+            if rt.completed == 3:
+                declare(rt)
+                deadline = time.monotonic() + 5
+                while not any(e["event"] == "failure" for e in read_events(tmp_path / "ev")):
+                    assert time.monotonic() < deadline, "no failure declared"
+                    time.sleep(0.01)
+
+        opt.register_step_post_hook(inside_the_step)
+        for step in rt.steps(1, 6):
+            with rt.step(step):
+                model(torch.ones(1, 2)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+            if step == 4:
+                break
+        deadline = time.monotonic() + 20
+        while not codes and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        rt.close()
+    evs = read_events(tmp_path / "ev")
+    failure = next(e for e in evs if e["event"] == "failure")
+    assert failure["in_phase"] == "mutating" and failure["step"] == 4
+    saves = [(e["phase"], e.get("step"), e.get("ok"), e.get("reason")) for e in evs
+             if e["event"] == "save"]
+    assert saves == [("begin", 4, None, None), ("end", 4, True, None)], saves
+    assert codes == [EXIT_FAILURE_SAVED]
