@@ -263,12 +263,16 @@ class Runtime:
         tick, and post to it on failures raised with ``notify`` (a fatal Xid, a
         failed periodic write), so the peers leave at once with the reason. Notices set
         before (an earlier generation's, after an in-process recovery) are no longer
-        polled and are closed (their poller thread ends)."""
+        polled and are closed (their poller thread ends, waited for a bounded time);
+        the new ones' poller starts now, so the thread count does not depend on
+        whether the watchdog has ticked since."""
         old, self._notices = self._notices, notices
         if old is not None:
             self.watchdog.remove_check(old.check)
             if hasattr(old, "close"):
                 old.close()
+        if hasattr(notices, "start"):
+            notices.start()
         self.add_check(notices.check)
 
     def set_strategy(self, strategy: str, interval: int = 0,

@@ -100,10 +100,7 @@ class PeerNotices:
             if self._busy:  # the last round trip has not come back
                 self.stalled += 1
                 return None
-            if self._poller is None:
-                self._poller = threading.Thread(target=self._loop, daemon=True,
-                                                name="jitbench-notice-poll")
-                self._poller.start()
+            self.start()
             self._busy = True
             self._done.clear()
             self._want.set()
@@ -113,11 +110,30 @@ class PeerNotices:
             self._seen = True
         return found
 
-    def close(self) -> None:
-        """Stop polling: the poller thread ends once its round trip in flight, if any,
-        returns; :meth:`check` returns None from now on (idempotent)."""
+    def start(self) -> None:
+        """Start the poller thread now, not at the first :meth:`check` (idempotent).
+
+        :meth:`jitbench.runtime.core.Runtime.set_notices` calls it, so a rank holds
+        exactly one poller per live board from then on, whether or not its watchdog
+        has ticked yet: the thread count of a survivor right after an in-process
+        recovery equals a newcomer's (``tests/dist/test_inprocess.py``)."""
+        if self._poller is None and not self._closed:
+            self._poller = threading.Thread(target=self._loop, daemon=True,
+                                            name="jitbench-notice-poll")
+            self._poller.start()
+
+    def close(self, wait_s: float | None = None) -> None:
+        """Stop polling; :meth:`check` returns None from now on (idempotent).
+
+        The poller thread ends once its round trip in flight, if any, returns; this
+        waits for that at most ``wait_s`` (default ``check_wait_s``; a store that
+        does not answer, as in a network partition, leaves the thread to end later).
+        """
         self._closed = True
         self._want.set()
+        poller = self._poller
+        if poller is not None and poller is not threading.current_thread():
+            poller.join(self.check_wait_s if wait_s is None else wait_s)
 
     def _loop(self) -> None:
         while True:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -12,12 +13,21 @@ def resources() -> dict:
     training: a generation whose process group leaked would show in them.
 
     Returns:
-        ``threads`` (tasks), ``tcp_established`` and ``tcp_listen`` (sockets this
-        process holds open in that state), ``cpu_s`` (CPU time of the process so far,
-        every thread, s: :func:`time.process_time`); only ``cpu_s`` off Linux.
+        ``threads`` (tasks), ``thread_names`` (each task's ``comm``, sorted, and the
+        Python threads' names: what tells a leaked thread from a transient one),
+        ``tcp_established`` and ``tcp_listen`` (sockets this process holds open in
+        that state), ``cpu_s`` (CPU time of the process so far, every thread, s:
+        :func:`time.process_time`); only ``cpu_s`` off Linux.
     """
     try:
-        threads = len(os.listdir("/proc/self/task"))
+        tasks = os.listdir("/proc/self/task")
+        threads = len(tasks)
+        names = []
+        for tid in tasks:
+            try:
+                names.append(Path(f"/proc/self/task/{tid}/comm").read_text().strip())
+            except OSError:  # the task ended between the listing and the read
+                names.append("?")
         inodes = set()
         for fd in os.listdir("/proc/self/fd"):
             try:
@@ -38,5 +48,7 @@ def resources() -> dict:
                     counts[cols[3]] += 1
     except OSError:
         return {"cpu_s": time.process_time()}
-    return {"threads": threads, "tcp_established": counts["01"], "tcp_listen": counts["0A"],
+    return {"threads": threads, "thread_names": sorted(names),
+            "python_threads": sorted(t.name for t in threading.enumerate()),
+            "tcp_established": counts["01"], "tcp_listen": counts["0A"],
             "cpu_s": time.process_time()}

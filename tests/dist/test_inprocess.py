@@ -57,7 +57,7 @@ def _assert_clean_recovery(s: dict, run_dir: Path, failures: int) -> None:
     res = [e for e in read_events(run_dir / "events") if e["event"] == "resources"]
     assert len(res) == s["world_size"]
     counts = {(e["threads"], e["tcp_established"], e["tcp_listen"]) for e in res}
-    assert len(counts) == 1, res  # survivors hold what the newcomers hold, no more
+    assert len(counts) == 1, [(e["rank"], e["threads"], e.get("thread_names"), e.get("python_threads")) for e in res]  # survivors hold what the newcomers hold, no more
 
 
 @pytest.mark.parametrize("kind, step, at, spares", [
