@@ -73,6 +73,9 @@ def main() -> None:
     except SystemExit:
         raise
     except Exception as exc:  # noqa: BLE001
+        if type(exc).__name__ == "NoArgsIsHelpError":  # plain `jitbench`: the help, as is
+            print(exc.format_message(), file=sys.stderr)
+            sys.exit(exc.exit_code)
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):  # usage errors
             ctx = getattr(exc, "ctx", None)
             hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""

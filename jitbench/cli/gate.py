@@ -15,8 +15,10 @@ from jitbench.errors import ExitStatus, IncomparableError, SpecError
 
 def gate(
     results: Annotated[Path, typer.Argument(help="Results to check: a sweep directory or "
-                                                 "a results .parquet/.csv.")],
-    baseline: Annotated[Path, typer.Option(help="The stored baseline results table.")],
+                                                 "its results .parquet/.csv (not a single "
+                                                 "run's records).")],
+    baseline: Annotated[Path, typer.Option(help="The stored baseline: a sweep's results "
+                                                "table or directory.")],
     tolerance: Annotated[float, typer.Option(help="Timing tolerance: a median may grow by "
                                                   "this fraction beyond the noise band "
                                                   "before it is a regression.")] = 0.5,
@@ -36,10 +38,14 @@ def gate(
     for flag, v in (("--tolerance", tolerance), ("--floor-s", floor_s)):
         if not (math.isfinite(v) and v >= 0):
             raise SpecError(f"{flag} must be a finite number >= 0, got {v}")
-    from jitbench.records import load_results
+    from jitbench.records import KEY_COLUMNS, load_results
     from jitbench.reports import gate as g
 
-    base_t, new_t = load_results(baseline), load_results(results)
+    # a gate compares sweeps (repeats of one spec, keyed by its spec_hash); a run's own
+    # records lack that column and are refused here (exit 2), not as incomparable (6)
+    need = (*KEY_COLUMNS, "spec_hash")
+    base_t = load_results(baseline, require=need, what="sweep results")
+    new_t = load_results(results, require=need, what="sweep results")
     try:
         verdict = g.compare(base_t, new_t, tolerance=tolerance, floor_s=floor_s,
                             strict_machine=strict_machine)

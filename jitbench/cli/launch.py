@@ -118,6 +118,7 @@ def build_spec(command: list[str], faults: FaultOptions, job: ScriptOptions,
                       hang_factor=detection.hang_factor, hang_first_s=detection.hang_first_s,
                       pg_timeout_s=job.pg_timeout_s, first_step_s=job.first_step_s,
                       steps=job.steps, seed=job.seed)
+    spec.validate_command()  # a missing script is named before anything else
     if spec.strategy != "own":
         spec.validate()  # refuses it, one line
     if faults.kind != "none" and job.steps is None and faults.fault_step is None \

@@ -352,6 +352,8 @@ def show_summary(summary: dict, run_dir: Path, as_json: bool) -> None:
     for line in summary.get("decisions") or []:
         console.out().print(line, markup=False, highlight=False)
     console.out().print(f"run directory: {run_dir}")
+    console.out().print(f"next: jitbench report {run_dir}  (an HTML and a markdown report: "
+                        "timeline, phases, decisions)", markup=False, highlight=False)
 
 
 def outcome_status(s: dict, strategy: str, run_dir: Path,

@@ -518,7 +518,8 @@ def run_overhead(base: RunSpec | ScriptSpec, cfg: OverheadConfig, out_dir: Path,
     from jitbench.harness.run import code_version, execute, machine_fingerprint, prepare_dir
 
     cfg.validate()
-    prepare_dir(out_dir, overwrite, flag="--out")
+    prepare_dir(out_dir, overwrite, flag="--out", what="overhead directory",
+                marker="overhead.json")
     per_step: list[dict] = []
     if cfg.mode == "segments":
         spec = overhead_spec(base, cfg)

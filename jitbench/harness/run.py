@@ -56,12 +56,16 @@ class RunOutcome:
 
 
 def prepare_dir(run_dir: Path, overwrite: bool = False, spec: RunSpec | None = None,
-                flag: str = "--run-dir") -> None:
-    """Create an empty run directory.
+                flag: str = "--run-dir", what: str = "run directory",
+                marker: str = "spec.json") -> None:
+    """Create an empty run directory (or sweep or overhead directory: ``what``).
 
     A multi-node spec may join a (shared) run directory whose ``spec.json`` is
     the same spec: every node of the job runs ``jitbench run`` on it. ``flag``
-    is the option that names the directory, for the messages.
+    is the option that names the directory and ``what`` what it is, for the
+    messages; ``overwrite`` replaces only a directory holding ``marker`` (the
+    file every such directory of jitbench's holds: ``spec.json`` of a run,
+    ``sweep.json`` of a sweep).
 
     Raises:
         RunDirError: it exists and is not empty (and ``overwrite`` is False),
@@ -73,16 +77,16 @@ def prepare_dir(run_dir: Path, overwrite: bool = False, spec: RunSpec | None = N
         if (run_dir / "spec.json").read_text() == spec.to_json():
             return
     if run_dir.exists() and not run_dir.is_dir():
-        raise RunDirError(f"run directory {run_dir} exists and is not a directory")
+        raise RunDirError(f"{what} {run_dir} exists and is not a directory")
     try:
         if run_dir.exists() and any(run_dir.iterdir()):
             if not overwrite:
-                raise RunDirError(f"run directory {run_dir} exists and is not empty; "
+                raise RunDirError(f"{what} {run_dir} exists and is not empty; "
                                   f"pass another {flag} or --overwrite")
-            if not (run_dir / "spec.json").is_file():
+            if not (run_dir / marker).is_file():
                 # --overwrite replaces an earlier run, never an arbitrary directory
-                raise RunDirError(f"run directory {run_dir} is not a jitbench run directory "
-                                  "(no spec.json); --overwrite only replaces runs")
+                raise RunDirError(f"{what} {run_dir} is not a jitbench {what} "
+                                  f"(no {marker}); --overwrite only replaces those")
             ck = Path(spec.ckpt_dir).resolve() if spec is not None and spec.ckpt_dir else None
             if ck is not None and ck.is_relative_to(run_dir.resolve()) and ck.exists():
                 # the checkpoints the run was asked to resume from are not the old run's
@@ -94,7 +98,7 @@ def prepare_dir(run_dir: Path, overwrite: bool = False, spec: RunSpec | None = N
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise RunDirError(f"cannot create run directory {run_dir}: "
+        raise RunDirError(f"cannot create {what} {run_dir}: "
                           f"{exc.strerror or exc}") from exc
 
 

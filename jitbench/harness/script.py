@@ -204,12 +204,13 @@ class ScriptSpec:
                              ckpt_dir=ckpt_dir, hang_floor_s=self.hang_floor_s,
                              hang_factor=self.hang_factor, hang_first_s=self.hang_first_s)
 
-    def validate(self) -> None:
-        """Check every field.
+    def validate_command(self) -> None:
+        """Check that the command names one script that exists (or one importable module):
+        the first thing a launch checks, before anything the options say.
 
         Raises:
-            SpecError: the first problem, one line (a missing script, ``jit``, a
-                fault a launched script cannot take, ...).
+            SpecError: no script or module, a missing script or one that is not a file,
+                a module python cannot import here.
         """
         if (self.script is None) == (self.module is None):
             raise SpecError("give a script: jitbench launch [OPTIONS] -- SCRIPT.py [ARGS] "
@@ -223,6 +224,15 @@ class ScriptSpec:
         elif not module_found(self.module):
             raise SpecError(f"module {self.module} is not importable here (python -m "
                             f"{self.module} would fail)")
+
+    def validate(self) -> None:
+        """Check every field.
+
+        Raises:
+            SpecError: the first problem, one line (a missing script, ``jit``, a
+                fault a launched script cannot take, ...).
+        """
+        self.validate_command()
         if self.strategy not in STRATEGIES:
             raise SpecError(f"a launched script runs under --strategy own (its own recovery) "
                             f"or jit (transparent JIT checkpointing), got {self.strategy!r}")

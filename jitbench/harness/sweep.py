@@ -303,7 +303,8 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
     if sweep_dir.exists() and not sweep_dir.is_dir():
         raise SpecError(f"sweep directory {sweep_dir} exists and is not a directory")
     if not resume:
-        prepare_dir(sweep_dir, overwrite, flag="--out")
+        prepare_dir(sweep_dir, overwrite, flag="--out", what="sweep directory",
+                    marker="sweep.json")
     sweep_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     rows: list[dict] = []

@@ -183,6 +183,19 @@ TEMPLATES = Path(__file__).parent / "templates"
 CSS = TEMPLATES / "report.css"
 
 
+def _is_report(path: Path) -> bool:
+    """Whether ``path`` is a report this module wrote (HTML: its title; markdown: its
+    first line), so writing the report again may replace it."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    if path.suffix.lower() == ".md":
+        return head.startswith(b"# jitbench report\n")
+    return head.lower().startswith(b"<!doctype html>") and b"<title>jitbench report</title>" in head
+
+
 def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Path | None = None,
                  max_timelines: int = 16) -> tuple[Path, Path]:
     """Write ``report.html`` (self-contained) and ``report.md`` for a sweep or run directory.
@@ -191,7 +204,9 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
         ``(html_path, markdown_path)``.
 
     Raises:
-        SpecError: the directory holds neither results, records nor an overhead measurement.
+        SpecError: the directory holds neither results, records nor an overhead
+            measurement; ``out_path`` is a directory, a markdown file, or (it or the
+            markdown beside it) an existing file that is not a jitbench report.
     """
     from jitbench.reports import plots
 
@@ -211,6 +226,11 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
         raise SpecError(f"--out {out_path}: give the HTML file to write; the markdown is "
                         f"written beside it ({html_path.stem}.md), so it would replace the HTML")
     md_path = html_path.with_suffix(".md")
+    for target in (html_path, md_path):  # nothing recorded is lost to a report
+        if target.exists() and not _is_report(target):
+            raise SpecError(f"--out {out_path or html_path}: {target} exists and is not a "
+                            f"jitbench report; give a new file name (the report never "
+                            f"replaces other files)")
     files_dir = html_path.with_name(html_path.stem + "_files")
     try:
         files_dir.mkdir(parents=True, exist_ok=True)

@@ -420,7 +420,13 @@ def layout_params(base: ModelParams, costs: MeasuredCosts | None, replicas: int 
         p = replace(base, **{**over, **io}, replicas_per_shard=replicas)
         p.validate()
     except ValueError as exc:
-        raise InputError(str(exc)) from None
+        msg = str(exc)
+        name, _, rest = msg.partition(" ")
+        if name in over or name in io:  # a value read from a table: say so
+            msg = f"{name} ({label}) {rest}"
+        elif name.isidentifier() and hasattr(base, name):  # a flag's value: name the flag
+            msg = f"--{name.replace('_', '-')} {rest}"
+        raise InputError(msg) from None
     return p, over, label
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from rich.table import Table
 
+from jitbench.records import SCHEMA
+
 
 def fmt(value: object, digits: int = 3, none: str = "-", yes: str = "true",
         no: str = "false") -> str:
@@ -228,15 +230,25 @@ def summary_table(summary: dict) -> Table:
     t = Table(title=title)
     t.add_column("metric")
     t.add_column("value", justify="right")
+    t.add_column("unit")
+    t.add_column("what it measures", overflow="fold")
+    docs = {f.name: f.doc for f in SCHEMA}
+    docs["loss_diff"] = "last step's loss minus the fault-free reference's (0: same loss)"
+
+    def row(c: Column) -> None:
+        t.add_row(c.header, cell(c, summary), c.unit, docs.get(c.name, ""))
+
     for c in SUMMARY_ROWS:
-        t.add_row(c.header, cell(c, summary))
+        row(c)
         if c.name == "restart_s":  # recovered in process: its two phases in the restart's place
             for extra in IN_PROCESS_ROWS:
                 if summary.get(extra.name) is not None:
-                    t.add_row(extra.header, cell(extra, summary))
+                    row(extra)
     if summary.get("slow_windows"):  # a straggler: its steps against the others
-        t.add_row("slow_window_step_s", fmt(summary.get("slow_window_step_s")))
-        t.add_row("normal_step_s", fmt(summary.get("normal_step_s")))
+        t.add_row("slow_window_step_s", fmt(summary.get("slow_window_step_s")), "s",
+                  docs.get("slow_window_step_s", ""))
+        t.add_row("normal_step_s", fmt(summary.get("normal_step_s")), "s",
+                  docs.get("normal_step_s", ""))
     if summary.get("end_reason") not in (None, "completed"):
-        t.add_row("end_reason", str(summary["end_reason"]))
+        t.add_row("end_reason", str(summary["end_reason"]), "", docs.get("end_reason", ""))
     return t

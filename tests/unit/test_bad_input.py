@@ -286,7 +286,7 @@ def test_benchmark_commands_refuse_bad_tables_and_options(jb, tmp_path):
     sweep.mkdir()
     (sweep / "results.csv").write_text(other.read_text())
     base = tmp_path / "base.csv"
-    base.write_text("workload,strategy,fault,state_equal\ngpt,jit,kill,True\n")
+    base.write_text("workload,strategy,fault,state_equal,spec_hash\ngpt,jit,kill,True,ab12\n")
     good = tmp_path / "good"
     good.mkdir()
     shutil.copy(Path(__file__).parents[2] / "benchmarks" / "baseline-cpu.csv",
@@ -295,7 +295,7 @@ def test_benchmark_commands_refuse_bad_tables_and_options(jb, tmp_path):
         (("report", str(sweep)), "not a jitbench results table"),
         (("report", str(sweep), "--out", str(tmp_path)), "is a directory"),
         (("report", str(sweep), "--overhead", str(tmp_path / "nope")), "no overhead.csv"),
-        (("gate", "--baseline", str(base), str(garbage)), "not a jitbench results table"),
+        (("gate", "--baseline", str(base), str(garbage)), "not a jitbench sweep results table"),
         (("gate", "--baseline", str(base), str(other)), "no column fault, state_equal"),
         (("gate", "--baseline", str(base), str(base), "--tolerance", "nan"), "--tolerance"),
         (("gate", "--baseline", str(base), str(base), "--floor-s", "-1"), "--floor-s"),
@@ -329,3 +329,49 @@ def test_main_maps_errors_to_exit_statuses(jb, monkeypatch, exc, code, needle):
     monkeypatch.setattr(modelcmd, "model_main", fail)
     got, err = jb("model")
     assert got == code and (needle is None or _one_line(err) == needle)
+
+
+def test_new_user_pass_of_2026_12_02(jb, tmp_path, capsys):
+    """Found by a new-user pass: ``report --out`` replaced a run's own records with HTML
+    (exit 0); ``gate`` on a run directory said 'incomparable' (exit 6); ``launch`` of a
+    missing script asked for --fault-step first; plain ``jitbench`` squeezed its help into
+    one error line; ``model`` named Python fields instead of its flags; ``sweep --out``
+    called its directory a run directory."""
+    good = tmp_path / "good"
+    good.mkdir()
+    shutil.copy(Path(__file__).parents[2] / "benchmarks" / "baseline-cpu.csv",
+                good / "results.csv")
+    keep = good / "results.csv"
+    before = keep.read_bytes()
+    notes = tmp_path / "notes.md"
+    notes.write_text("my notes\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "records.csv").write_text("workload,strategy,faults,state_equal\ngpt,jit,[],True\n")
+    cases = [
+        (("report", str(good), "--out", str(keep)), "exists and is not a jitbench report"),
+        (("report", str(good), "--out", str(tmp_path / "notes.html")),
+         "notes.md exists and is not a jitbench report"),
+        (("gate", "--baseline", str(good), str(run)),
+         "not a jitbench sweep results table (no column spec_hash)"),
+        (("launch", "--", str(tmp_path / "nope.py")), "nope.py does not exist"),
+        (("launch", "--", "-m", "no_such_module_xyz"), "is not importable here"),
+        (("model", "--step-s", "-1"), "--step-s must be a finite number > 0"),
+        (("model", "--mtbf-hours-per-gpu", "0"), "--mtbf-hours-per-gpu must be"),
+        (("sweep", "--out", str(good)), f"sweep directory {good} exists and is not empty"),
+    ]
+    for args, needle in cases:
+        code, err = jb(*args)
+        assert code == 2 and needle in _one_line(err), (args, err)
+    assert keep.read_bytes() == before and notes.read_text() == "my notes\n"
+    # a report may replace its own earlier output
+    out = tmp_path / "r.html"
+    for _ in range(2):
+        code, err = jb("report", str(good), "--out", str(out))
+        assert code == 0, err
+    assert out.read_text().startswith("<!doctype html>")
+    assert out.with_suffix(".md").read_text().startswith("# jitbench report\n")
+    # plain `jitbench`: the whole help, as click lays it out, and the usage status
+    code, err = jb()
+    assert code == 2 and "Usage: jitbench" in err and "Commands" in err
+    assert "error:" not in err and len(err.strip().splitlines()) > 5
