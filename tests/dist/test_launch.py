@@ -134,7 +134,7 @@ def test_script_that_never_steps_is_refused(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--fault", "kill", "--fault-step", "3", "--", "missing.py"], "does not exist"),
     (["--unknown-flag", "--", "x.py"], "No such option: --unknown-flag"),
-    (["--fault", "kill", "--", "x.py"], "give --fault-step"),
+    (["--fault", "kill", "--", str(EXAMPLES / "ddp_tutorial.py")], "give --fault-step"),
     (["--strategy", "periodic:4", "--", str(EXAMPLES / "ddp_tutorial.py")],
      "runs under --strategy own (its own recovery) or jit"),
     (["--fault", "corrupt", "--fault-step", "3", "--", str(EXAMPLES / "ddp_tutorial.py")],
