@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from jitbench import cli
 from jitbench.faults import FaultSpec
 from jitbench.harness.run import run as run_spec
 from jitbench.harness.spec import RunSpec
@@ -209,3 +212,32 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@pytest.fixture
+def jb(monkeypatch, capsys):
+    """``jb(*args) -> (exit status, stderr)`` of ``jitbench ARGS``, in-process (no torch
+    start-up per call); asserts no traceback reached stderr."""
+    prev = signal.getsignal(signal.SIGTERM)
+
+    def call(*args: str) -> tuple[int, str]:
+        monkeypatch.setattr(sys, "argv", ["jitbench", *args])
+        try:
+            cli.main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            signal.signal(signal.SIGTERM, prev)
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        return code, err
+
+    return call
+
+
+def one_line(err: str) -> str:
+    """The single non-empty line of ``err`` (asserts there is exactly one)."""
+    lines = [x for x in err.strip().splitlines() if x.strip()]
+    assert len(lines) == 1, err
+    return lines[0]

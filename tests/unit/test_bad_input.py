@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,33 +15,7 @@ import pytest
 from jitbench import cli
 from jitbench.errors import IncomparableError, ScheduleError
 from jitbench.runtime import checkpoint as ckpt
-
-
-@pytest.fixture
-def jb(monkeypatch, capsys):
-    """``jb(*args) -> (exit status, stderr)`` of ``jitbench ARGS``."""
-    prev = signal.getsignal(signal.SIGTERM)
-
-    def call(*args: str) -> tuple[int, str]:
-        monkeypatch.setattr(sys, "argv", ["jitbench", *args])
-        try:
-            cli.main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        finally:
-            signal.signal(signal.SIGTERM, prev)
-        err = capsys.readouterr().err
-        assert "Traceback" not in err
-        return code, err
-
-    return call
-
-
-def _one_line(err: str) -> str:
-    lines = [x for x in err.strip().splitlines() if x.strip()]
-    assert len(lines) == 1, err
-    return lines[0]
+from tests.conftest import one_line
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -68,7 +40,7 @@ def _one_line(err: str) -> str:
 ])
 def test_bad_flags(jb, tmp_path, args, needle):
     code, err = jb("run", *args, "--run-dir", str(tmp_path / "r"))
-    assert code == 2 and needle in _one_line(err)
+    assert code == 2 and needle in one_line(err)
     assert not (tmp_path / "r").exists()
 
 
@@ -79,10 +51,10 @@ def test_nccl_backend_is_refused_without_enough_cuda_devices(jb, tmp_path, cmd):
     out = tmp_path / "out"
     where = ["--run-dir", str(out)] if cmd == "run" else ["--out", str(out)]
     code, err = jb(cmd, "--backend", "nccl", "--nproc", "4096", *where)
-    assert code == 2 and _one_line(err).startswith("error: --backend nccl")
+    assert code == 2 and one_line(err).startswith("error: --backend nccl")
     assert not out.exists()
     code, err = jb(cmd, "--backend", "mpi", *where)
-    assert code == 2 and "unknown backend 'mpi'; one of gloo, nccl" in _one_line(err)
+    assert code == 2 and "unknown backend 'mpi'; one of gloo, nccl" in one_line(err)
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -98,7 +70,7 @@ def test_overhead_of_a_script_bad_input(jb, tmp_path, args, needle):
     args = [str(script) if a == "SCRIPT" else str(tmp_path / "no.py") if a == "MISSING"
             else a for a in args]
     code, err = jb("overhead", "--out", str(tmp_path / "oh"), *args)
-    assert code == 2 and needle in _one_line(err)
+    assert code == 2 and needle in one_line(err)
     assert not (tmp_path / "oh").exists()
 
 
@@ -106,11 +78,11 @@ def test_data_paths(jb, tmp_path, monkeypatch):
     tiny = tmp_path / "tiny.txt"
     tiny.write_text("x" * 100)  # one 128-byte window needs 129 bytes
     code, err = jb("run", "--data", str(tiny), "--run-dir", str(tmp_path / "r"))
-    assert code == 2 and "shorter than one window" in _one_line(err)
+    assert code == 2 and "shorter than one window" in one_line(err)
     few = tmp_path / "few.txt"
     few.write_text("y" * 129 * 3)  # 3 windows < one global minibatch of 8 x 2
     code, err = jb("run", "--data", str(few), "--run-dir", str(tmp_path / "r"))
-    assert code == 2 and "fewer than one minibatch" in _one_line(err)
+    assert code == 2 and "fewer than one minibatch" in one_line(err)
     unreadable = tmp_path / "secret.txt"
     unreadable.write_text("z" * 10_000)
 
@@ -120,7 +92,7 @@ def test_data_paths(jb, tmp_path, monkeypatch):
     monkeypatch.setattr(cli.run, "open", denied, raising=False)  # root reads everything
     code, err = jb("run", "--data", str(unreadable), "--run-dir", str(tmp_path / "r"))
     monkeypatch.delattr(cli.run, "open")
-    assert code == 2 and "is unreadable: Permission denied" in _one_line(err)
+    assert code == 2 and "is unreadable: Permission denied" in one_line(err)
     assert not (tmp_path / "r").exists()
 
 
@@ -130,12 +102,12 @@ def test_corrupt_image_for_resnet(jb, tmp_path):
     (root / "cat" / "a.png").write_bytes(b"\x89PNG\r\n\x1a\n not really an image")
     code, err = jb("run", "--workload", "resnet", "--data", str(root), "--run-dir",
                    str(tmp_path / "r"))
-    assert code == 2 and "cannot read image" in _one_line(err)
+    assert code == 2 and "cannot read image" in one_line(err)
     code, err = jb("run", "--workload", "resnet", "--data", str(tmp_path / "none"))
-    assert code == 2 and "does not exist" in _one_line(err)
+    assert code == 2 and "does not exist" in one_line(err)
     (tmp_path / "empty").mkdir()
     code, err = jb("run", "--workload", "resnet", "--data", str(tmp_path / "empty"))
-    assert code == 2 and "is empty" in _one_line(err)
+    assert code == 2 and "is empty" in one_line(err)
 
 
 def test_run_directory_is_never_overwritten_or_misused(jb, tmp_path):
@@ -143,23 +115,23 @@ def test_run_directory_is_never_overwritten_or_misused(jb, tmp_path):
     d.mkdir()
     (d / "summary.json").write_text('{"kept": true}')
     code, err = jb("run", "--run-dir", str(d))
-    assert code == 2 and "exists and is not empty" in _one_line(err)
+    assert code == 2 and "exists and is not empty" in one_line(err)
     # --overwrite with bad input: validation comes first, nothing is removed
     code, err = jb("run", "--run-dir", str(d), "--overwrite", "--steps", "0")
     assert code == 2 and (d / "summary.json").read_text() == '{"kept": true}'
     f = tmp_path / "file"
     f.write_text("x")
     code, err = jb("run", "--run-dir", str(f))
-    assert code == 2 and "is not a directory" in _one_line(err)
+    assert code == 2 and "is not a directory" in one_line(err)
     code, err = jb("run", "--run-dir", str(f / "sub"))
-    assert code == 2 and "cannot create run directory" in _one_line(err)
+    assert code == 2 and "cannot create run directory" in one_line(err)
     assert f.read_text() == "x"
     # --overwrite never deletes the --ckpt-dir the run is to resume from
     (d / "spec.json").write_text("{}")
     (d / "ckpt").mkdir()
     (d / "ckpt" / "notes.txt").write_text("mine")
     code, err = jb("run", "--run-dir", str(d), "--overwrite", "--ckpt-dir", str(d / "ckpt"))
-    assert code == 2 and "lies inside the run directory that --overwrite" in _one_line(err)
+    assert code == 2 and "lies inside the run directory that --overwrite" in one_line(err)
     assert (d / "ckpt" / "notes.txt").read_text() == "mine"
 
 
@@ -180,7 +152,7 @@ def test_checkpoint_directory_of_another_job(jb, tmp_path, world, same_run, need
     part = ckpt.write_part(tmp_path / "ck", "periodic", 5, 0, world, {"step": 5}, run_id=run_id)
     before = part.path.read_bytes()
     code, err = jb("run", "--ckpt-dir", str(tmp_path / "ck"), "--run-dir", str(tmp_path / "r"))
-    assert code == 2 and "holds another job's checkpoints" in _one_line(err)
+    assert code == 2 and "holds another job's checkpoints" in one_line(err)
     assert needle in err
     assert part.path.read_bytes() == before and not (tmp_path / "r").exists()
 
@@ -188,7 +160,7 @@ def test_checkpoint_directory_of_another_job(jb, tmp_path, world, same_run, need
 def test_checkpoint_directory_that_is_a_file(jb, tmp_path):
     (tmp_path / "ck").write_text("x")
     code, err = jb("run", "--ckpt-dir", str(tmp_path / "ck"), "--run-dir", str(tmp_path / "r"))
-    assert code == 2 and "is not a directory" in _one_line(err)
+    assert code == 2 and "is not a directory" in one_line(err)
 
 
 def test_fault_injection_point_must_exist():
@@ -257,21 +229,21 @@ def test_scenario_files(jb, tmp_path):
     errors are covered in test_schedule.py)."""
     r = str(tmp_path / "r")
     code, err = jb("run", "--scenario", str(tmp_path / "none.toml"), "--run-dir", r)
-    assert code == 2 and "does not exist" in _one_line(err)
+    assert code == 2 and "does not exist" in one_line(err)
     (tmp_path / "dir.toml").mkdir()
     code, err = jb("run", "--scenario", str(tmp_path / "dir.toml"), "--run-dir", r)
-    assert code == 2 and "is not a file" in _one_line(err)
+    assert code == 2 and "is not a file" in one_line(err)
     (tmp_path / "bin.toml").write_bytes(b"\xff\xfe\x00kind")
     code, err = jb("run", "--scenario", str(tmp_path / "bin.toml"), "--run-dir", r)
-    assert code == 2 and "not a UTF-8 text file" in _one_line(err)
+    assert code == 2 and "not a UTF-8 text file" in one_line(err)
     (tmp_path / "far.toml").write_text("[[fault]]\nkind='kill'\nrank=1\nstep=100\n")
     code, err = jb("run", "--scenario", str(tmp_path / "far.toml"), "--steps", "12",
                    "--run-dir", r)
-    assert code == 2 and "step 100 must be in 1..11" in _one_line(err)
+    assert code == 2 and "step 100 must be in 1..11" in one_line(err)
     (tmp_path / "micro.toml").write_text("[[fault]]\nkind='kill'\nstep=3\nat='micro:4'\n")
     code, err = jb("run", "--scenario", str(tmp_path / "micro.toml"), "--grad-accum", "2",
                    "--run-dir", r)
-    assert code == 2 and "micro:4" in _one_line(err)
+    assert code == 2 and "micro:4" in one_line(err)
     assert not (tmp_path / "r").exists()
 
 
@@ -308,7 +280,7 @@ def test_benchmark_commands_refuse_bad_tables_and_options(jb, tmp_path):
     ]
     for args, needle in cases:
         code, err = jb(*args)
-        assert code == 2 and needle in _one_line(err), (args, err)
+        assert code == 2 and needle in one_line(err), (args, err)
     assert garbage.read_bytes() == b"garbage\x00\x01"  # nothing recorded lost
 
 
@@ -328,7 +300,7 @@ def test_main_maps_errors_to_exit_statuses(jb, monkeypatch, exc, code, needle):
 
     monkeypatch.setattr(modelcmd, "model_main", fail)
     got, err = jb("model")
-    assert got == code and (needle is None or _one_line(err) == needle)
+    assert got == code and (needle is None or one_line(err) == needle)
 
 
 def test_new_user_pass_of_2026_12_02(jb, tmp_path, capsys):
@@ -362,7 +334,7 @@ def test_new_user_pass_of_2026_12_02(jb, tmp_path, capsys):
     ]
     for args, needle in cases:
         code, err = jb(*args)
-        assert code == 2 and needle in _one_line(err), (args, err)
+        assert code == 2 and needle in one_line(err), (args, err)
     assert keep.read_bytes() == before and notes.read_text() == "my notes\n"
     # a report may replace its own earlier output
     out = tmp_path / "r.html"

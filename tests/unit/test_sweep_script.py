@@ -8,14 +8,11 @@ Nothing is launched: the CLI cases stop at validation, or call a stub in place o
 from __future__ import annotations
 
 import json
-import signal
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from jitbench import cli
 from jitbench.cli.sweep import parse_scripts
 from jitbench.errors import ExitStatus, SpecError
 from jitbench.harness import sweep as sweep_mod
@@ -23,36 +20,10 @@ from jitbench.harness.script import ScriptSpec
 from jitbench.harness.sweep import SweepConfig, SweepScript, cell_dir, script_labels
 from jitbench.records import table_verdict, verdict
 from jitbench.reports.table import RESULT_COLUMNS, good
+from tests.conftest import one_line
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DDP = str(EXAMPLES / "ddp_tutorial.py")
-
-
-@pytest.fixture
-def jb(monkeypatch, capsys):
-    """``jb(*args) -> (exit status, stderr)`` of ``jitbench ARGS``, in-process."""
-    prev = signal.getsignal(signal.SIGTERM)
-
-    def call(*args: str) -> tuple[int, str]:
-        monkeypatch.setattr(sys, "argv", ["jitbench", *args])
-        try:
-            cli.main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        finally:
-            signal.signal(signal.SIGTERM, prev)
-        err = capsys.readouterr().err
-        assert "Traceback" not in err
-        return code, err
-
-    return call
-
-
-def _one_line(err: str) -> str:
-    lines = [x for x in err.strip().splitlines() if x.strip()]
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 def test_script_cells_are_launch_specs_beside_the_workloads():
@@ -127,7 +98,7 @@ def test_parse_scripts_pairs_arguments_in_order(tmp_path):
 def test_cli_refuses_in_one_line_exit_2(jb, tmp_path, args, needle):
     out = tmp_path / "sw"
     code, err = jb("sweep", *args, "--out", str(out))
-    assert code == ExitStatus.INPUT and needle in _one_line(err), err
+    assert code == ExitStatus.INPUT and needle in one_line(err), err
     assert not out.exists()
 
 
