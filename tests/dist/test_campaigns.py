@@ -12,8 +12,10 @@ accumulation the start of a micro-batch: window boundary or mid-window).
 - CI (default suite): 2 fixed (derandomized) campaigns on the tiny GPT, 2 ranks,
   12 steps, sharing the reference run of ``tests/dist/test_recovery.py``.
 - ``nox -s stress`` (marker ``stress``): ``JITBENCH_STRESS_CAMPAIGNS``
-  campaigns (default 200) over four specs (accumulation 1 or 2 with fp16 AMP,
-  strategy jit or periodic:3); it does not stop at a violation, prints one
+  campaigns (default 200) over two bases (accumulation 1, or 2 with fp16 AMP)
+  and the strategies of ``JITBENCH_CAMPAIGN_STRATEGIES`` (default
+  :data:`STRESS_STRATEGIES`: the JIT ones twice as often as the baselines
+  periodic:3, periodic-async:3 and inmem:3); it does not stop at a violation, prints one
   line per campaign, then ``campaigns: N  violations: V``, appends every
   result to ``JITBENCH_STRESS_LOG`` (JSON lines) and fails if V > 0.
 """
@@ -97,6 +99,8 @@ def test_random_campaigns_keep_every_invariant(tmp_path, shared_reference):
 
 
 STRESS_STEPS = 8
+STRESS_STRATEGIES = "jit,jit,jit-inprocess,jit-inprocess,periodic:3,periodic-async:3,inmem:3"
+"""Strategies stress campaigns draw (comma-separated, repeats weight the draw)."""
 
 
 def _stress_bases():
@@ -124,8 +128,7 @@ def test_stress_campaigns(tmp_path, shared_reference):
         lambda i: st.tuples(st.just(i), campaigns(
             STRESS_STEPS, grad_accum=bases[i].workload.grad_accum,
             strategies=tuple(os.environ.get(
-                "JITBENCH_CAMPAIGN_STRATEGIES",
-                "jit,jit,jit-inprocess,jit-inprocess,periodic:3").split(","))))))
+                "JITBENCH_CAMPAIGN_STRATEGIES", STRESS_STRATEGIES).split(","))))))
     def one(drawn):
         i, c = drawn
         r = run_campaign(c, bases[i], shared_reference, tmp_path)
