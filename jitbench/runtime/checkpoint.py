@@ -72,7 +72,7 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -464,6 +464,46 @@ def validate_part(part: Part, world_size: int | None = None, run_id: str | None 
     return manifest
 
 
+def _gather(part: Part, n: int, key: str, position: Callable[[Part, dict], tuple | None],
+            world_size: int | None, run_id: str | None,
+            data: dict[int, bytes] | None = None) -> tuple[dict[int, tuple[Part, dict]],
+                                                            dict[int, str]]:
+    """The committed siblings of ``part`` (same directory, kind and step) that hold one of
+    its ``n`` pieces, validated: ``({index: (part, manifest)}, {index: why not valid})``.
+
+    ``position(part, manifest)`` gives a sibling's ``(index, count)`` (None: not a piece);
+    ``key`` is the manifest field of the index (``shard`` or ``slice``), read to say
+    which piece a corrupt sibling was. The first sibling that validates holds its
+    index; ``data`` (if given) receives each chosen piece's verified bytes.
+
+    Raises:
+        CheckpointMismatch: a sibling belongs to another job.
+    """
+    chosen: dict[int, tuple[Part, dict]] = {}
+    why: dict[int, str] = {}
+    for other in list_parts(part.path.parent):
+        if other.kind != part.kind or other.step != part.step or other.path.suffix != ".pt":
+            continue
+        try:
+            m = read_manifest(other)
+            check_owner(other, m, world_size, run_id)
+            pos = position(other, m)
+            if pos is None or pos[1] != n or pos[0] in chosen:
+                continue
+            raw = _read_verified(other, m)
+        except CheckpointCorrupt as exc:
+            try:
+                idx = int(json.loads(other.manifest_path.read_text()).get(key))
+            except (OSError, ValueError, TypeError, AttributeError):
+                continue
+            why.setdefault(idx, str(exc))
+            continue
+        chosen[pos[0]] = (other, m)
+        if data is not None:
+            data[pos[0]] = raw
+    return chosen, why
+
+
 def gather_shards(part: Part, manifest: dict, world_size: int | None = None,
                   run_id: str | None = None) -> list[tuple[Part, dict]]:
     """One valid part per shard index of the sharded checkpoint ``part`` belongs to, in
@@ -481,26 +521,7 @@ def gather_shards(part: Part, manifest: dict, world_size: int | None = None,
     if shape is None:
         raise CheckpointCorrupt(f"{part.path.name}: not a sharded part")
     n = shape[1]
-    chosen: dict[int, tuple[Part, dict]] = {}
-    why: dict[int, str] = {}
-    for other in list_parts(part.path.parent):
-        if other.kind != part.kind or other.step != part.step or other.path.suffix != ".pt":
-            continue
-        try:
-            m = read_manifest(other)
-            check_owner(other, m, world_size, run_id)
-            s = shard_of_part(other, m)
-            if s is None or s[1] != n or s[0] in chosen:
-                continue
-            _read_verified(other, m)
-        except CheckpointCorrupt as exc:
-            try:
-                idx = int(json.loads(other.manifest_path.read_text()).get("shard"))
-            except (OSError, ValueError, TypeError, AttributeError):
-                continue
-            why.setdefault(idx, str(exc))
-            continue
-        chosen[s[0]] = (other, m)
+    chosen, why = _gather(part, n, "shard", shard_of_part, world_size, run_id)
     for j in range(n):
         if j not in chosen:
             reason = why.get(j, "no replica of it wrote a valid part")
@@ -529,28 +550,7 @@ def gather_slices(part: Part, manifest: dict, world_size: int | None = None,
     if shape is None:
         raise CheckpointCorrupt(f"{part.path.name}: not a split part")
     n = shape[1]
-    chosen: dict[int, tuple[Part, dict]] = {}
-    why: dict[int, str] = {}
-    for other in list_parts(part.path.parent):
-        if other.kind != part.kind or other.step != part.step or other.path.suffix != ".pt":
-            continue
-        try:
-            m = read_manifest(other)
-            check_owner(other, m, world_size, run_id)
-            s = _check_split(other, m)
-            if s is None or s[1] != n or s[0] in chosen:
-                continue
-            raw = _read_verified(other, m)
-        except CheckpointCorrupt as exc:
-            try:
-                idx = int(json.loads(other.manifest_path.read_text()).get("slice"))
-            except (OSError, ValueError, TypeError, AttributeError):
-                continue
-            why.setdefault(idx, str(exc))
-            continue
-        chosen[s[0]] = (other, m)
-        if data is not None:
-            data[s[0]] = raw
+    chosen, why = _gather(part, n, "slice", _check_split, world_size, run_id, data)
     for i in range(n):
         if i not in chosen:
             reason = f" ({why[i]})" if i in why else ""

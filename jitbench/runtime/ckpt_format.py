@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 MANIFEST_VERSION = 2
 FORMAT = "jitbench-replicated"
@@ -44,6 +45,32 @@ IoHook = Callable[[str, Path, int, int], None]
 chunk; ``done_bytes`` already in the file), ``fsync``, ``rename``, ``dirsync``
 (of a file of ``total_bytes``) or ``read`` (before loading a part)."""
 _io_hook: IoHook | None = None
+
+
+DESCEND = object()
+"""Returned by a :func:`map_state` visitor: not a leaf it replaces; look inside."""
+
+
+def map_state(obj: Any, visit: Callable[[Any], Any]) -> Any:
+    """``obj`` (a nested state of dicts, lists and tuples) rebuilt with every value that
+    ``visit`` replaces: ``visit(x)`` gives ``x``'s replacement, or :data:`DESCEND` to
+    rebuild a dict, list or tuple from its mapped items (any other value is kept as is).
+    Values are visited depth first, in dict order, parents before their items.
+    """
+
+    def walk(x: Any) -> Any:
+        y = visit(x)
+        if y is not DESCEND:
+            return y
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if isinstance(x, tuple):
+            return tuple(walk(v) for v in x)
+        return x
+
+    return walk(obj)
 
 
 def set_io_hook(hook: IoHook | None) -> IoHook | None:

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 
-from jitbench.runtime.ckpt_format import CheckpointCorrupt
+from jitbench.runtime.ckpt_format import DESCEND, CheckpointCorrupt, map_state
 
 KIND = "async"
 """Checkpoint kind (part names ``async_stepSSSSSSSS_rankRRRRR``)."""
@@ -39,37 +39,26 @@ def split_state(state: Any) -> tuple[dict[str, torch.Tensor], Any]:
     """
     tensors: dict[str, torch.Tensor] = {}
 
-    def walk(x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            key = f"t{len(tensors):06d}"
-            tensors[key] = x.detach()
-            return {_PLACEHOLDER: key}
-        if isinstance(x, dict):
-            return {k: walk(v) for k, v in x.items()}
-        if isinstance(x, list):
-            return [walk(v) for v in x]
-        if isinstance(x, tuple):
-            return tuple(walk(v) for v in x)
-        return x
+    def visit(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return DESCEND
+        key = f"t{len(tensors):06d}"
+        tensors[key] = x.detach()
+        return {_PLACEHOLDER: key}
 
-    return tensors, walk(state)
+    skeleton = map_state(state, visit)
+    return tensors, skeleton
 
 
 def join_state(tensors: dict[str, torch.Tensor], skeleton: Any) -> Any:
     """Inverse of :func:`split_state`."""
 
-    def walk(x: Any) -> Any:
-        if isinstance(x, dict):
-            if len(x) == 1 and _PLACEHOLDER in x:
-                return tensors[x[_PLACEHOLDER]]
-            return {k: walk(v) for k, v in x.items()}
-        if isinstance(x, list):
-            return [walk(v) for v in x]
-        if isinstance(x, tuple):
-            return tuple(walk(v) for v in x)
-        return x
+    def visit(x: Any) -> Any:
+        if isinstance(x, dict) and len(x) == 1 and _PLACEHOLDER in x:
+            return tensors[x[_PLACEHOLDER]]
+        return DESCEND
 
-    return walk(skeleton)
+    return map_state(skeleton, visit)
 
 
 def skeleton_tensor(skeleton: Any) -> torch.Tensor:

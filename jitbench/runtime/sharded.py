@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from jitbench.runtime.ckpt_format import CheckpointError
+from jitbench.runtime.ckpt_format import DESCEND, CheckpointError, map_state
 
 __all__ = ["full_state", "globalize", "is_sharded", "localize", "shard_index",
            "shard_optimizer_state"]
@@ -80,18 +80,7 @@ def localize(obj: Any) -> Any:
     if dt is None:
         return obj
 
-    def walk(x: Any) -> Any:
-        if isinstance(x, dt):
-            return x.to_local().detach()
-        if isinstance(x, dict):
-            return {k: walk(v) for k, v in x.items()}
-        if isinstance(x, list):
-            return [walk(v) for v in x]
-        if isinstance(x, tuple):
-            return tuple(walk(v) for v in x)
-        return x
-
-    return walk(obj)
+    return map_state(obj, lambda x: x.to_local().detach() if isinstance(x, dt) else DESCEND)
 
 
 def full_state(obj: Any) -> Any:
@@ -104,18 +93,7 @@ def full_state(obj: Any) -> Any:
     if dt is None:
         return obj
 
-    def walk(x: Any) -> Any:
-        if isinstance(x, dt):
-            return x.full_tensor().detach()
-        if isinstance(x, dict):
-            return {k: walk(v) for k, v in x.items()}
-        if isinstance(x, list):
-            return [walk(v) for v in x]
-        if isinstance(x, tuple):
-            return tuple(walk(v) for v in x)
-        return x
-
-    return walk(obj)
+    return map_state(obj, lambda x: x.full_tensor().detach() if isinstance(x, dt) else DESCEND)
 
 
 def _as_dtensor(local: Any, like: Any, where: str) -> Any:

@@ -103,3 +103,22 @@ def test_whole_parts_are_unchanged(tmp_path):
     assert m["format"] == ckpt.FORMAT and m["parts_needed"] == 1 and "slice" not in m
     with pytest.raises(ckpt.CheckpointCorrupt, match="not a split part"):
         ckpt.gather_slices(part, m)
+
+
+def test_dcp_skeleton_round_trip_keeps_every_container_and_value():
+    """``split_state`` / ``join_state`` (built on ``ckpt_format.map_state``): tensors
+    leave the skeleton by key and come back in place, tuples stay tuples, and a dict
+    shaped like a placeholder only if it is one."""
+    from jitbench.runtime import dcp_format
+
+    a, b = torch.arange(4.0), torch.ones(2, 3, dtype=torch.float16)
+    state = {"model": {"w": a, "meta": ("x", 3, [b, None])}, "step": 7, "lr": [0.1]}
+    tensors, skeleton = dcp_format.split_state(state)
+    assert list(tensors) == ["t000000", "t000001"]
+    assert skeleton["model"]["meta"][2][0] == {"__dcp_tensor__": "t000001"}
+    assert isinstance(skeleton["model"]["meta"], tuple)
+    back = dcp_format.join_state(tensors, skeleton)
+    assert back["model"]["w"] is tensors["t000000"] and torch.equal(back["model"]["w"], a)
+    assert back["model"]["meta"][:2] == ("x", 3) and back["model"]["meta"][2][1] is None
+    assert torch.equal(back["model"]["meta"][2][0], b) and back["step"] == 7
+    assert back["lr"] == [0.1]
