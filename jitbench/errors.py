@@ -20,10 +20,27 @@ use it.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from enum import IntEnum
 
 __all__ = ["DataError", "ExitStatus", "IncomparableError", "InputError", "JitbenchError",
-           "RunDirError", "RunFailedError", "ScheduleError", "SpecError"]
+           "RunDirError", "RunFailedError", "ScheduleError", "SpecError", "suggest", "unknown"]
+
+
+def suggest(name: object, choices: Iterable[str], rest: str = "") -> str:
+    """``did you mean 'x'? `` for the choice closest to ``name`` by
+    :func:`difflib.get_close_matches` (ratio >= 0.6), with ``rest`` appended to it (a
+    strategy's ``:N``); an empty string where none is that close."""
+    close = difflib.get_close_matches(str(name).lower(), list(choices), n=1)
+    return f"did you mean {close[0] + rest!r}? " if close else ""
+
+
+def unknown(what: str, name: object, choices: Iterable[str]) -> str:
+    """The one-line message for a name that is not one of ``choices``:
+    ``unknown fault 'nccl-hnag'; did you mean 'nccl-hang'? one of ...`` (:func:`suggest`)."""
+    choices = list(choices)
+    return f"unknown {what} {name!r}; {suggest(name, choices)}one of {', '.join(choices)}"
 
 
 class ExitStatus(IntEnum):

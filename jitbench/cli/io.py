@@ -19,7 +19,7 @@ import typer
 from jitbench.cli import console
 from jitbench.cli.console import cell
 from jitbench.cli.options import csv_list
-from jitbench.errors import InputError
+from jitbench.errors import InputError, unknown
 
 CSV_COLUMNS = ("what", "mb", "seconds", "mb_s", "ratio", "repeats")
 
@@ -67,7 +67,7 @@ def io(
     from jitbench.workloads.gpt import SIZES
 
     if size not in SIZES:
-        raise InputError(f"unknown gpt size {size!r}; one of {', '.join(SIZES)}")
+        raise InputError(unknown("gpt size", size, SIZES))
     if repeats < 1:
         raise InputError(f"--repeats must be >= 1, got {repeats}")
     writers = parse_replicas(replicas)

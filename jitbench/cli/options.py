@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from jitbench.errors import SpecError
+from jitbench.errors import SpecError, unknown
 from jitbench.runtime import strategies
 
 __all__ = ["Backend", "BatchSize", "FaultRank", "JsonRows", "JsonSummary", "Mtbf",
@@ -105,7 +105,7 @@ def check_sizes(sizes: dict[str, str]) -> None:
                             f"{', '.join(WORKLOADS)}")
         known = _model_sizes(workload)
         if size not in known:
-            raise SpecError(f"unknown {workload} size {size!r}; one of {', '.join(known)}")
+            raise SpecError(unknown(f"{workload} size", size, known))
 
 
 def _model_sizes(workload: str) -> dict:

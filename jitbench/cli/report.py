@@ -18,7 +18,8 @@ def report(
         "--overhead", help="An overhead directory (overhead.csv) to include.")] = None,
     out_path: Annotated[Path | None, typer.Option(
         "--out", help="HTML file (default DIR/report.html; markdown beside it).")] = None,
-    max_timelines: Annotated[int, typer.Option(help="Timelines drawn at most.")] = 16,
+    max_timelines: Annotated[int, typer.Option(
+        min=0, help="Timelines drawn at most (0: none).")] = 16,
 ) -> None:
     """Write an HTML and a markdown report for DIR.
 

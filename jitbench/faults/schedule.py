@@ -70,7 +70,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from jitbench.errors import ScheduleError
+from jitbench.errors import ScheduleError, unknown
 from jitbench.faults import FAULTS
 from jitbench.faults.base import FaultSpec, check_value
 from jitbench.faults.matrix import reach
@@ -352,7 +352,7 @@ def check_fault(f: FaultSpec, world_size: int, steps: int, grad_accum: int | Non
             fault's point, parameters and fit).
     """
     if f.kind not in FAULTS:
-        raise ScheduleError(f"unknown fault {f.kind!r}; one of {', '.join(sorted(FAULTS))}")
+        raise ScheduleError(unknown("fault", f.kind, sorted(FAULTS)))
     check_rank(f.rank, world_size, "fault rank")
     check_step(f.step, steps, "fault step")
     cls = FAULTS[f.kind]
@@ -426,7 +426,7 @@ def plan_from_options(kind: str | None, rank: int, step: int | None, steps: int,
         check_unique(out)
         return out
     if kind not in FAULTS:
-        raise ScheduleError(f"unknown fault {kind!r}; one of none, {', '.join(sorted(FAULTS))}")
+        raise ScheduleError(unknown("fault", kind, ["none", *sorted(FAULTS)]))
     if len(triggers) > 1:
         raise ScheduleError(f"give one trigger, not both {triggers[0]} and {triggers[1]}")
     cls = FAULTS[kind]

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from jitbench import hang
-from jitbench.errors import ScheduleError, SpecError
+from jitbench.errors import ScheduleError, SpecError, unknown
 from jitbench.faults import FaultSpec
 from jitbench.faults.matrix import unsupported
 from jitbench.faults.schedule import check_plan
@@ -198,8 +198,7 @@ class RunSpec:
             SpecError: the first problem found, as one line.
         """
         if self.workload.name not in WORKLOADS:
-            raise SpecError(f"unknown workload {self.workload.name!r}; one of "
-                            f"{', '.join(WORKLOADS)}")
+            raise SpecError(unknown("workload", self.workload.name, WORKLOADS))
         st = Strategy.parse(self.strategy)
         strategies.check_available(st.name)
         for f in self.faults:  # the matrix's table (jitbench.faults.matrix), named first
@@ -228,7 +227,7 @@ class RunSpec:
         if self.mtbf_s is not None and not self.mtbf_s > 0:
             raise SpecError(f"--mtbf must be > 0 seconds, got {self.mtbf_s}")
         if self.backend not in BACKENDS:
-            raise SpecError(f"unknown backend {self.backend!r}; one of {', '.join(BACKENDS)}")
+            raise SpecError(unknown("backend", self.backend, BACKENDS))
         if self.backend == "nccl":
             check_nccl(self.nproc)
         if self.nproc < 1:

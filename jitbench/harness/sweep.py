@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from jitbench import hang
-from jitbench.errors import ExitStatus, RunFailedError
+from jitbench.errors import ExitStatus, RunFailedError, unknown
 from jitbench.faults import FAULTS, FaultSpec
 from jitbench.harness.script import STRATEGIES as SCRIPT_STRATEGIES
 from jitbench.harness.script import ScriptSpec, run_script
@@ -148,7 +148,7 @@ class SweepConfig:
                             "fault and seed")
         for w in self.workloads:
             if w not in WORKLOADS:
-                raise SpecError(f"unknown workload {w!r}; one of {', '.join(WORKLOADS)}")
+                raise SpecError(unknown("workload", w, WORKLOADS))
         if self.scripts:
             for s in self.strategies:
                 if s not in SCRIPT_STRATEGIES:
@@ -166,7 +166,7 @@ class SweepConfig:
                 Strategy.parse(s)
         for f in self.faults:
             if f not in FAULTS:
-                raise SpecError(f"unknown fault {f!r}; one of {', '.join(sorted(FAULTS))}")
+                raise SpecError(unknown("fault", f, sorted(FAULTS)))
         if self.repeats < 1:
             raise SpecError(f"--repeats must be >= 1, got {self.repeats}")
         bad = [s for s in self.seeds if not 0 <= s < 2**32]

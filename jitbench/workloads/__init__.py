@@ -11,6 +11,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from jitbench import errors
 from jitbench.workloads.base import Batch, DataError, PositionedSampler, Workload, WorkloadConfig
 
 WORKLOADS = ("gpt", "resnet")
@@ -42,4 +43,4 @@ def build_workload(cfg: WorkloadConfig, rank: int, world_size: int,
         from jitbench.workloads.resnet import build_resnet
 
         return build_resnet(cfg, rank, world_size, device)
-    raise ValueError(f"unknown workload {cfg.name!r}; one of {', '.join(WORKLOADS)}")
+    raise ValueError(errors.unknown("workload", cfg.name, WORKLOADS))

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from jitbench import errors
 from jitbench.workloads.base import Batch, PositionedSampler, Workload, WorkloadConfig
 from jitbench.workloads.text import ByteWindows, read_text, stdlib_corpus
 
@@ -205,7 +206,7 @@ class GPTWorkload(Workload):
                  prepare_model: Callable[[nn.Module], object] | None = None) -> None:
         size = cfg.size or DEFAULT_SIZE
         if size not in SIZES:
-            raise ValueError(f"unknown gpt size {size!r}; one of {', '.join(SIZES)}")
+            raise ValueError(errors.unknown("gpt size", size, SIZES))
         check_extra(cfg.extra)
         mcfg = SIZES[size]
         if "dropout" in cfg.extra:

@@ -57,6 +57,7 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
+from jitbench import errors
 from jitbench.workloads.base import Batch, PositionedSampler, Workload, WorkloadConfig
 from jitbench.workloads.images import ImageData, load_images
 
@@ -180,7 +181,7 @@ def build_resnet(cfg: WorkloadConfig, rank: int, world_size: int,
     """
     size = cfg.size or DEFAULT_SIZE
     if size not in SIZES:
-        raise ValueError(f"unknown resnet size {size!r}; valid sizes: {', '.join(SIZES)}")
+        raise ValueError(errors.unknown("resnet size", size, SIZES))
     unknown = set(cfg.extra) - set(EXTRA_KEYS)
     if unknown:
         raise ValueError(f"unknown resnet option(s) {sorted(unknown)} in extra; "

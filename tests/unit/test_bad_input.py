@@ -347,3 +347,27 @@ def test_new_user_pass_of_2026_12_02(jb, tmp_path, capsys):
     code, err = jb()
     assert code == 2 and "Usage: jitbench" in err and "Commands" in err
     assert "error:" not in err and len(err.strip().splitlines()) > 5
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("run", "--fault", "nccl-hnag"), "unknown fault 'nccl-hnag'; did you mean 'nccl-hang'?"),
+    (("run", "--strategy", "periodc:3"),
+     "unknown strategy 'periodc:3'; did you mean 'periodic:3'? use jit"),
+    (("run", "--strategy", "Periodic-asnyc:4"), "did you mean 'periodic-async:4'?"),
+    (("run", "--workload", "resnt"), "unknown workload 'resnt'; did you mean 'resnet'?"),
+    (("run", "--backend", "glo"), "unknown backend 'glo'; did you mean 'gloo'?"),
+    (("run", "--workload", "resnet", "--size", "resnet81"), "did you mean 'resnet18'?"),
+    (("sweep", "--faults", "kil,nccl-hang"), "unknown fault 'kil'; did you mean 'kill'?"),
+    (("report", ".", "--max-timelines", "-1"), "--max-timelines"),
+])
+def test_a_misspelt_name_gets_the_closest_one_and_negatives_are_refused(jb, args, needle):
+    """New-user pass of 2026-12-02: a misspelt fault or strategy listed every name but
+    suggested none; ``report --max-timelines -1`` drew no timeline instead of refusing."""
+    code, err = jb(*args)
+    assert code == 2 and needle in one_line(err), err
+
+
+@pytest.mark.parametrize("name", ["qqq", "zzzzzz"])
+def test_no_suggestion_when_nothing_is_close(jb, name):
+    code, err = jb("run", "--fault", name)
+    assert code == 2 and "did you mean" not in one_line(err) and "one of none," in err

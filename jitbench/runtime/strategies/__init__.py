@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from jitbench.errors import SpecError
+from jitbench.errors import SpecError, suggest, unknown
 
 __all__ = ["BACKSTOP", "REGISTRY", "Choice", "Entry", "check_available", "load", "names",
            "parse", "usage", "versions", "with_backstop"]
@@ -272,7 +272,9 @@ def parse(text: str) -> Choice:
         if arg is None:
             raise SpecError(f"strategy {text!r}: {entry.name} needs an interval "
                             f"({entry.name}:N, N >= 1)")
-    raise SpecError(f"unknown strategy {text!r}; use {usage()} (N >= 1)")
+    name, colon, rest = t.partition(":")
+    raise SpecError(f"unknown strategy {text!r}; {suggest(name, REGISTRY, colon + rest)}"
+                    f"use {usage()} (N >= 1)")
 
 
 def _parse_options(entry: Entry, text: str, given: str) -> tuple[tuple[str, int], ...]:
@@ -334,7 +336,7 @@ def load(name: str) -> type[Any]:
     """
     entry = REGISTRY.get(name)
     if entry is None:
-        raise SpecError(f"unknown strategy {name!r}; one of {', '.join(REGISTRY)}")
+        raise SpecError(unknown("strategy", name, REGISTRY))
     module, _, cls = entry.target.partition(":")
     return getattr(importlib.import_module(module), cls)
 
