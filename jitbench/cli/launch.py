@@ -145,6 +145,7 @@ def launch(faults: FaultOptions, job: ScriptOptions, detection: DetectionOptions
     spec = build_spec(command or [], faults, job, detection)
     if output.timeout_s is not None and not output.timeout_s > 0:
         raise InputError(f"--timeout-s must be > 0, got {output.timeout_s:g}")
+    from jitbench.harness.launch import check_agent_room
     from jitbench.harness.run import prepare_dir
     from jitbench.harness.script import check_reference, run_script
 
@@ -155,6 +156,7 @@ def launch(faults: FaultOptions, job: ScriptOptions, detection: DetectionOptions
         stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{int(time.time() * 1000) % 1000:03d}"
         stem = Path(spec.name).stem.replace(".", "-")
         run_dir = Path("runs") / f"{stamp}-launch-{stem}-{faults.label()}-{os.getpid()}"
+    check_agent_room(spec, run_dir)
     prepare_dir(run_dir, output.overwrite, spec)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -389,6 +389,7 @@ def run(faults: FaultOptions, training: TrainingOptions, job: JobOptions,
     if training.size is not None:
         check_sizes({training.workload: training.size})
     check_data(training.workload, training.data, spec.workload, spec.world_size)
+    from jitbench.harness.launch import check_agent_room
     from jitbench.harness.run import check_ckpt_dir, prepare_dir
 
     check_ckpt_dir(spec)
@@ -396,6 +397,7 @@ def run(faults: FaultOptions, training: TrainingOptions, job: JobOptions,
     if run_dir is None:
         stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{int(time.time() * 1000) % 1000:03d}"
         run_dir = Path("runs") / f"{stamp}-{training.workload}-{faults.label()}-{os.getpid()}"
+    check_agent_room(spec, run_dir)
     prepare_dir(run_dir, output.overwrite, spec)
     summary = _run_with_progress(spec, run_dir, output, training.steps)
     show_summary(summary, run_dir, output.as_json)

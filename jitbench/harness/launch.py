@@ -40,8 +40,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jitbench.harness.spec import RunSpec
+
+if TYPE_CHECKING:
+    from jitbench.harness.script import ScriptSpec
 
 
 @dataclass
@@ -110,7 +114,7 @@ def torchrun_args(nproc: int, nnodes: int | str, max_restarts: int, run_dir: Pat
     (:func:`local_addr`)."""
     if rdzv_endpoint:
         out = ["--nnodes", str(nnodes), "--rdzv-backend", "c10d",
-               "--rdzv-endpoint", rdzv_endpoint, "--rdzv-id", f"{rdzv_id}-{run_dir.name}"]
+               "--rdzv-endpoint", rdzv_endpoint, "--rdzv-id", rdzv_run_id(rdzv_id, run_dir)]
         conf = ["is_host=true"] if hosts_endpoint(rdzv_endpoint) else []
         if rdzv_timeout_s is not None:
             conf.append(f"join_timeout={max(1, round(rdzv_timeout_s))}")
@@ -123,6 +127,30 @@ def torchrun_args(nproc: int, nnodes: int | str, max_restarts: int, run_dir: Pat
         out = ["--standalone", "--nnodes", "1"]
     return out + ["--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts),
                   "--monitor-interval", "0.1", "--log-dir", str(run_dir / AGENT_LOGS)]
+
+
+def rdzv_run_id(rdzv_id: str, run_dir: Path) -> str:
+    """The rendezvous id of a multi-node run: ``RDZV_ID-RUN_DIR_NAME`` (every node shares
+    the run directory, so every agent of the job gives the same id)."""
+    return f"{rdzv_id}-{run_dir.name}"
+
+
+def check_agent_room(spec: RunSpec | ScriptSpec, run_dir: Path) -> None:
+    """Refuse, before anything is written, an agent that would join the multi-node job
+    at ``spec.rdzv_endpoint`` beyond MAX nodes (``spec.nnodes``;
+    :func:`jitbench.harness.rendezvous.check_room`). Nothing to check for one node, or
+    on the node that hosts the endpoint's store (its agent creates the store).
+
+    Raises:
+        SpecError: MAX nodes already hold places in the rendezvous.
+    """
+    if not spec.rdzv_endpoint or hosts_endpoint(spec.rdzv_endpoint):
+        return
+    from jitbench.harness.rendezvous import check_room
+    from jitbench.harness.spec import nnodes_range
+
+    check_room(spec.rdzv_endpoint, rdzv_run_id(spec.rdzv_id, run_dir), spec.nnodes,
+               nnodes_range(spec.min_nodes, spec.nnodes))
 
 
 def hosts_endpoint(rdzv_endpoint: str) -> bool:

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,42 @@ def test_three_agents_of_a_node_range_recover_from_a_kill(tmp_path: Path):
         assert summary["state_equal"] is True and summary["replayed_steps"] <= 1
     ranks = {f.name.split("_rank")[1] for f in (tmp_path / "run" / "events").iterdir()}
     assert ranks == {"00000.jsonl", "00001.jsonl", "00002.jsonl"}
+
+
+def test_an_agent_beyond_max_is_refused_before_it_joins(tmp_path: Path):
+    """Issue 14 §4: a third agent for ``--nnodes 2`` started while the job trains is
+    refused up front (exit 2, one line naming the nodes that hold the places, nothing
+    written); the two nodes of the job train on and complete."""
+    run = tmp_path / "run"
+    args = ["--nnodes", "2", "--nproc", "1", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+            "--run-dir", str(run), "--steps", "1500", "--size", "tiny", "--fault", "none",
+            "--no-reference", "--rdzv-timeout-s", "60", "--timeout-s", "300", "--json"]
+    cmd = [sys.executable, "-m", "jitbench.cli", "run", *args]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    try:
+        deadline = time.monotonic() + 240
+        while not any('"event": "step"' in f.read_text() for f in
+                      (run / "events").glob("attempt*_rank00000.jsonl")):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+            time.sleep(0.5)
+        before = sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file()
+                        and "events" not in p.parts and "agent" not in p.name)
+        third = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    lines = [x for x in third.stderr.splitlines() if x.strip()]
+    assert third.returncode == 2 and len(lines) == 1, third.stderr[-2000:]
+    assert "--nnodes 2: the rendezvous at 127.0.0.1:" in lines[0]
+    assert "already has 2 nodes of at most 2" in lines[0] and lines[0].endswith("not started")
+    assert json.loads((run / "spec.json").read_text())["nnodes"] == 2
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-2000:]
+        summary = json.loads(out)
+        assert summary["end_reason"] == "completed" and summary["attempts"] == 1
+    after = sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file()
+                   and "events" not in p.parts and "agent" not in p.name)
+    assert set(before) <= set(after)  # the refused agent removed nothing of the job's
