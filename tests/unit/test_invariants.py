@@ -9,7 +9,9 @@ import random
 import pytest
 
 from jitbench.harness import campaign, metrics
+from jitbench.harness.spec import RunSpec
 from jitbench.runtime.events import EventLog, events_path
+from jitbench.workloads.base import WorkloadConfig
 
 STEPS = 6
 
@@ -92,8 +94,27 @@ def test_expected_order_and_replay_bounds():
     assert campaign.max_replay("jit", 8) == 1
     assert campaign.max_replay("periodic:3", 8) == 3
     assert campaign.max_replay("none", 8) == 8
+    assert campaign.max_replay("inmem:3", 8) == 3
+    # stress chunk 7, campaign 59: segfault@rank0:step5 found the async save of step 3
+    # still writing; the restore took step 0 (4 steps replayed), as the files said
+    assert campaign.max_replay("periodic-async:3", 8) == 5
     assert campaign.expected_order("periodic:3", 1) == ["fault", "failure", "restart", "restore",
                                                          "step"]
+
+
+def test_a_replay_other_than_the_committed_checkpoints_give_is_a_violation(tmp_path):
+    spec = RunSpec(WorkloadConfig(steps=8), strategy="periodic-async:3")
+    (tmp_path / "events").mkdir()
+    base = {"completed": False, "replayed_steps": 4, "expected_replayed_steps": 4,
+            "failures": [{"fault_step": 5, "replayed_steps": 4}]}
+    lines = campaign.check({**base, "replay_ok": True}, spec, tmp_path, tmp_path, 60)
+    assert not [x for x in lines if x.startswith("replay")], lines
+    lines = campaign.check({**base, "replay_ok": False, "expected_replayed_steps": 1}, spec,
+                           tmp_path, tmp_path, 60)
+    assert "replay: replayed 4 steps, the newest committed checkpoints give 1" in lines
+    lines = campaign.check({**base, "failures": [{"fault_step": 7, "replayed_steps": 6}]},
+                           spec, tmp_path, tmp_path, 60)
+    assert "replay: failure at step 7 replayed 6 steps (allowed 5)" in lines
 
 
 @pytest.mark.parametrize("faults, needle", [

@@ -60,7 +60,10 @@ class Entry:
     replay_bound: str = "one"
     """What the strategy promises to replay per failure: ``one`` (at most one
     minibatch), ``interval`` (the steps since its last checkpoint, at most N),
-    ``all`` (from step 0), ``none`` (survivors never re-execute a committed step)."""
+    ``interval-async`` (the steps since its newest *committed* checkpoint: at most N,
+    or at most 2N - 1 when the failure finds the newest save still writing in the
+    background; one save writes at a time, a new one waits for it), ``all`` (from
+    step 0), ``none`` (survivors never re-execute a committed step)."""
     writes: str = "on_failure"
     """Who writes checkpoint files, and when: ``never``, ``rank0`` (rank 0, on its
     schedule) or ``on_failure`` (the survivors, when a peer fails). Storage faults
@@ -120,7 +123,9 @@ REGISTRY: dict[str, Entry] = {e.name: e for e in (
           interval="auto", replay_bound="interval", writes="rank0"),
     Entry("periodic-async", "jitbench.runtime.strategies.periodic_async:PeriodicAsync",
           "asynchronous checkpoint (DCP async_save) every N steps", interval="required",
-          replay_bound="interval", writes="rank0"),
+          replay_bound="interval-async", writes="rank0",
+          promise="the steps since the newest committed checkpoint: at most N, at most "
+                  "2N - 1 when the failure found the newest save still writing"),
     Entry("torchft", "jitbench.runtime.strategies.torchft:TorchFT",
           "torchft: per-step quorum (Lighthouse), survivors go on, the replacement heals "
           "from a survivor", replay_bound="none", writes="never", launcher="torchft",
