@@ -39,8 +39,8 @@ Mtbf = Annotated[str | None, typer.Option(
 Nproc = Annotated[int, typer.Option("--nproc", help="Ranks per node.")]
 Nnodes = Annotated[str, typer.Option(
     help="Nodes: N, or torch elastic's MIN:MAX range (each node runs this command; needs "
-         "--rdzv-endpoint and a shared --run-dir). The job trains at MAX nodes; agents "
-         "beyond MAX wait as torch's standbys.")]
+         "--rdzv-endpoint and a shared --run-dir). The job trains at MAX nodes; an agent "
+         "started when MAX nodes already hold places is refused (exit 2).")]
 RdzvEndpoint = Annotated[str | None, typer.Option(
     help="HOST:PORT of the c10d rendezvous for several nodes.")]
 MaxRestarts = Annotated[int, typer.Option(help="Elastic agent's restart budget.")]

@@ -130,9 +130,10 @@ def torchrun_args(nproc: int, nnodes: int | str, max_restarts: int, run_dir: Pat
 
 
 def rdzv_run_id(rdzv_id: str, run_dir: Path) -> str:
-    """The rendezvous id of a multi-node run: ``RDZV_ID-RUN_DIR_NAME`` (every node shares
-    the run directory, so every agent of the job gives the same id)."""
-    return f"{rdzv_id}-{run_dir.name}"
+    """The rendezvous id of a multi-node run: ``RDZV_ID-RUN_DIR_NAME``, the name of the
+    resolved run directory (``.`` or a link name gives the directory's own name); every
+    node shares the run directory, so every agent of the job gives the same id."""
+    return f"{rdzv_id}-{Path(run_dir).resolve().name}"
 
 
 def check_agent_room(spec: RunSpec | ScriptSpec, run_dir: Path) -> None:

@@ -125,4 +125,6 @@ def check_room(endpoint: str, run_id: str, max_nodes: int, nnodes_text: str,
         raise SpecError(f"--nnodes {nnodes_text}: the rendezvous at {endpoint} (id {run_id}) "
                         f"already has {len(held)} nodes of at most {max_nodes} "
                         f"({', '.join(held)}); this agent would wait beyond MAX, which "
-                        f"torch 2.14.1 cannot carry through a restart; not started")
+                        f"torch 2.14.1 cannot carry through a restart; not started (a node "
+                        f"whose agent ended counts for {KEEP_ALIVE_S:g} s after its last "
+                        f"heartbeat: a replacement may retry after that)")

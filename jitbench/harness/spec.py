@@ -91,7 +91,8 @@ class RunSpec:
     min_nodes: int | None = None
     """MIN of ``--nnodes MIN:MAX`` (None: ``nnodes``), passed to torch elastic as its node
     range. A round torch forms with fewer than ``nnodes`` nodes is refused by the workers
-    (the world size is fixed); agents beyond ``nnodes`` wait as torch's standbys."""
+    (the world size is fixed); an agent started when ``nnodes`` nodes already hold places
+    is refused before it joins (:mod:`jitbench.harness.rendezvous`)."""
     rdzv_endpoint: str | None = None
     """``host:port`` of the c10d rendezvous for several nodes (None: standalone, a port
     the OS picks)."""

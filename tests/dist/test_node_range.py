@@ -80,7 +80,7 @@ def test_an_agent_beyond_max_is_refused_before_it_joins(tmp_path: Path):
     lines = [x for x in third.stderr.splitlines() if x.strip()]
     assert third.returncode == 2 and len(lines) == 1, third.stderr[-2000:]
     assert "--nnodes 2: the rendezvous at 127.0.0.1:" in lines[0]
-    assert "already has 2 nodes of at most 2" in lines[0] and lines[0].endswith("not started")
+    assert "already has 2 nodes of at most 2" in lines[0] and "; not started (" in lines[0]
     assert json.loads((run / "spec.json").read_text())["nnodes"] == 2
     for p, (out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-2000:]

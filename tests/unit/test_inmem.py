@@ -36,8 +36,8 @@ def test_inmem_forms(text, interval, options, canonical):
 @pytest.mark.parametrize("text, needle", [
     ("inmem", "strategy 'inmem': inmem needs an interval (inmem:N, N >= 1)"),
     ("inmem:0", "strategy 'inmem:0': the interval N must be an integer >= 1"),
-    ("inmem:x", "unknown strategy 'inmem:x'"),
-    ("inmem:-1", "unknown strategy 'inmem:-1'"),
+    ("inmem:x", "strategy 'inmem:x': not a form of inmem; use"),
+    ("inmem:-1", "strategy 'inmem:-1': not a form of inmem; use"),
     ("inmem:auto", "only periodic:auto chooses its interval; use inmem:N (N >= 1)"),
     ("inmem:2:disk=0", "disk must be an integer >= 1, got '0'"),
     ("inmem:2:disk=x", "disk must be an integer >= 1, got 'x'"),

@@ -98,6 +98,11 @@ def test_expected_order_and_replay_bounds():
     # stress chunk 7, campaign 59: segfault@rank0:step5 found the async save of step 3
     # still writing; the restore took step 0 (4 steps replayed), as the files said
     assert campaign.max_replay("periodic-async:3", 8) == 5
+    # inmem: N from a surviving in-memory copy; from disk, the steps since that checkpoint
+    assert campaign.failure_bound("inmem:3", 8, "memory") == 3
+    assert campaign.failure_bound("inmem:3", 8, "disk") == 8
+    assert campaign.failure_bound("inmem:3", 8, None) == 8
+    assert campaign.failure_bound("periodic:3", 8, None) == 3
     assert campaign.expected_order("periodic:3", 1) == ["fault", "failure", "restart", "restore",
                                                          "step"]
 

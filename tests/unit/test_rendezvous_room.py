@@ -55,7 +55,8 @@ def test_a_full_round_refuses_the_next_agent_with_one_line(store):
     msg = str(exc.value)
     assert "\n" not in msg and msg.startswith("--nnodes 2:3: the rendezvous at 127.0.0.1:")
     assert "already has 3 nodes of at most 3 (host0_100_0, host1_101_0, host2_102_0)" in msg
-    assert msg.endswith("not started")
+    assert msg.endswith("not started (a node whose agent ended counts for 15 s after its last "
+                        "heartbeat: a replacement may retry after that)")
 
 
 @pytest.mark.parametrize("kw, max_nodes, refused", [
@@ -100,3 +101,20 @@ def test_a_value_that_is_not_a_rendezvous_state_is_never_unpickled(capsys):
     assert "unpickled!" not in capsys.readouterr().out  # refused by find_class, not run
     assert rendezvous.nodes_holding_places(b"Y2FuaW1hZGFt") is None
     assert rendezvous.nodes_holding_places(b"not base64 !!") is None
+
+
+def test_the_check_reads_the_id_the_agent_uses_for_dot_and_links(tmp_path, monkeypatch):
+    """The agent runs on the resolved run directory: the id of ``--run-dir .`` or of a link
+    is the directory's own name, as torchrun gets it (``torchrun_args``)."""
+    from pathlib import Path
+
+    from jitbench.harness.launch import rdzv_run_id, torchrun_args
+
+    real = tmp_path / "run-123"
+    real.mkdir()
+    (tmp_path / "latest").symlink_to(real)
+    monkeypatch.chdir(real)
+    for given in (Path("."), tmp_path / "latest", real):
+        assert rdzv_run_id("jitbench", given) == "jitbench-run-123"
+        args = torchrun_args(1, 2, 3, given.resolve(), "10.0.0.1:29400")
+        assert args[args.index("--rdzv-id") + 1] == "jitbench-run-123"

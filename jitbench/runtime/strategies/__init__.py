@@ -60,9 +60,10 @@ class Entry:
     replay_bound: str = "one"
     """What the strategy promises to replay per failure: ``one`` (at most one
     minibatch), ``interval`` (the steps since its last checkpoint, at most N),
-    ``interval-async`` (the steps since its newest *committed* checkpoint: at most N,
-    or at most 2N - 1 when the failure finds the newest save still writing in the
-    background; one save writes at a time, a new one waits for it), ``all`` (from
+    ``interval-async`` (the steps since its newest *committed* checkpoint: when every
+    save succeeded, at most N, or at most 2N - 1 when the failure finds the newest save
+    still writing in the background; one save writes at a time, a new one waits for
+    it), ``all`` (from
     step 0), ``none`` (survivors never re-execute a committed step)."""
     writes: str = "on_failure"
     """Who writes checkpoint files, and when: ``never``, ``rank0`` (rank 0, on its
@@ -124,8 +125,9 @@ REGISTRY: dict[str, Entry] = {e.name: e for e in (
     Entry("periodic-async", "jitbench.runtime.strategies.periodic_async:PeriodicAsync",
           "asynchronous checkpoint (DCP async_save) every N steps", interval="required",
           replay_bound="interval-async", writes="rank0",
-          promise="the steps since the newest committed checkpoint: at most N, at most "
-                  "2N - 1 when the failure found the newest save still writing"),
+          promise="the steps since the newest committed checkpoint: when every save "
+                  "succeeded, at most N, or 2N - 1 when the failure found the newest "
+                  "save still writing"),
     Entry("torchft", "jitbench.runtime.strategies.torchft:TorchFT",
           "torchft: per-step quorum (Lighthouse), survivors go on, the replacement heals "
           "from a survivor", replay_bound="none", writes="never", launcher="torchft",
@@ -278,6 +280,8 @@ def parse(text: str) -> Choice:
             raise SpecError(f"strategy {text!r}: {entry.name} needs an interval "
                             f"({entry.name}:N, N >= 1)")
     name, colon, rest = t.partition(":")
+    if name in REGISTRY:  # a known name in a form it does not take
+        raise SpecError(f"strategy {text!r}: not a form of {name}; use {usage()} (N >= 1)")
     raise SpecError(f"unknown strategy {text!r}; {suggest(name, REGISTRY, colon + rest)}"
                     f"use {usage()} (N >= 1)")
 

@@ -115,8 +115,9 @@ class Strategy:
 
     @property
     def replay_bound(self) -> str:
-        """What the strategy promises to replay per failure: ``one`` (at most one
-        minibatch), ``interval`` (at most its interval) or ``all`` (from step 0)."""
+        """What the strategy promises to replay per failure: the registry entry's
+        ``replay_bound`` (``one``, ``interval``, ``interval-async``, ``all``, ``none``;
+        :class:`jitbench.runtime.strategies.Entry`)."""
         return REGISTRY[self.name].replay_bound
 
     def restore_from(self, rt: Runtime) -> Loaded | None:
