@@ -118,3 +118,25 @@ def test_the_check_reads_the_id_the_agent_uses_for_dot_and_links(tmp_path, monke
         assert rdzv_run_id("jitbench", given) == "jitbench-run-123"
         args = torchrun_args(1, 2, 3, given.resolve(), "10.0.0.1:29400")
         assert args[args.index("--rdzv-id") + 1] == "jitbench-run-123"
+
+
+def test_run_and_launch_specs_are_checked_before_anything_is_written(store, tmp_path):
+    """``jitbench run`` (RunSpec) and ``jitbench launch`` (ScriptSpec) call
+    ``check_agent_room`` before ``prepare_dir``: it refuses both, and a one-node spec is
+    never checked."""
+    from jitbench.harness.launch import check_agent_room
+    from jitbench.harness.script import ScriptSpec
+    from jitbench.harness.spec import RunSpec
+
+    run_dir = tmp_path / "run"
+    C10dRendezvousBackend(store, f"jitbench-{run_dir.name}").set_state(
+        pickle.dumps(_state(participants=[0, 1])))
+    endpoint = f"127.0.0.1:{store.port}"
+    for spec in (RunSpec(nnodes=2, rdzv_endpoint=endpoint),
+                 ScriptSpec(script="train.py", nnodes=2, min_nodes=1,
+                            rdzv_endpoint=endpoint)):
+        with pytest.raises(SpecError, match="already has 2 nodes of at most 2"):
+            check_agent_room(spec, run_dir)
+    check_agent_room(RunSpec(nnodes=3, min_nodes=2, rdzv_endpoint=endpoint), run_dir)
+    check_agent_room(RunSpec(), run_dir)
+    assert not run_dir.exists()
