@@ -33,15 +33,19 @@ def overhead(
     strategies: Annotated[str | None, typer.Option(
         help="Comma-separated strategies (none is always included). Default: "
              "none,jit,periodic:10,periodic-async:10; for a script: none,own,jit.")] = None,
-    segment_steps: Annotated[int, typer.Option(help="Measured steps per segment (a "
-                                                    "multiple of every interval).")] = 20,
+    segment_steps: Annotated[int | None, typer.Option(
+        help="Measured steps per segment (a multiple of every interval). Default: 2 in "
+             "one launch (the intervals' LCM with a periodic strategy), 20 per launch.",
+        show_default=False)] = None,
     repeats: Annotated[int | None, typer.Option(
-        help="Segments per strategy (default: one whole balanced design; a multiple of "
+        help="Segments per strategy (default: whole balanced designs until each strategy "
+             "has 100 measured steps in one launch, one design per launch; a multiple of "
              "the design size keeps the order balanced).")] = None,
     warmup_steps: Annotated[int, typer.Option(help="Excluded steps before the first "
                                                    "segment.")] = 10,
-    segment_warmup: Annotated[int, typer.Option(help="Excluded steps at the start of "
-                                                     "every segment.")] = 3,
+    segment_warmup: Annotated[int | None, typer.Option(
+        help="Excluded steps at the start of every segment. Default: 1, or 3 with a "
+             "periodic strategy.", show_default=False)] = None,
     order_seed: Annotated[int, typer.Option("--order-seed", help="Seed of the order's "
                                             "shuffle and of the bootstrap.")] = 0,
     nproc: Annotated[int, typer.Option("--nproc", help="Ranks.")] = 2,

@@ -29,6 +29,15 @@ next segment (an async save) hits every label alike. The old ABBA order was
 not: the control always followed ``periodic-async`` in even repeats, ``none``
 never did, and the A/A control read +7% on an idle machine.
 
+**Segment length**: by default short. In one launch with no periodic interval a
+segment is :data:`SHORT_SEGMENT_STEPS` (2) measured steps after 1 warm-up step, so a
+repeat (one row of the design) spans seconds and a change of the machine's speed
+that lasts longer hits every label of the repeat alike; the number of repeats
+grows instead (whole designs until every label has :data:`MIN_MEASURED_STEPS`
+measured steps). With a periodic strategy a segment is the intervals' LCM (one
+checkpoint per window) after 3 warm-up steps; per launch it is
+:data:`LAUNCH_SEGMENT_STEPS`.
+
 **Warm-up per segment**: the first ``segment_warmup`` steps of every segment
 (and of every launch) are run but not measured, so the switch and what the
 previous segment left behind fall outside the measurement. The measured
@@ -102,6 +111,17 @@ from jitbench.runtime.events import read_events
 
 OVERHEAD_VERSION = 2
 DEFAULT_STRATEGIES = ("none", "jit", "periodic:10", "periodic-async:10")
+SHORT_SEGMENT_STEPS = 2
+"""Measured steps per segment in one launch when no interval constrains them: each
+repeat then spans seconds, so a change of the machine's speed that lasts longer
+(on the development VM segment means of 20 steps varied by 7-8%) falls on all of a
+repeat's labels; at equal measured steps, 2-step segments gave an A/A interval half
+as wide as 20-step ones, side by side under the same load
+(``benchmarks/overhead-aa-cpu.txt``, run 4)."""
+MIN_MEASURED_STEPS = 100
+"""Measured steps per label that the default number of repeats reaches in one launch."""
+LAUNCH_SEGMENT_STEPS = 20
+"""Measured steps per launch in launch mode (and for a launched script) by default."""
 SCRIPT_ARMS = ("none", "own", "jit")
 """The arms of an overhead run on a launched script: ``none`` is the script with only
 the step clock (:mod:`jitbench.harness.steptimer`), as ``torchrun`` runs it; ``own``
@@ -137,16 +157,20 @@ class OverheadConfig:
 
     strategies: list[str] = field(default_factory=lambda: list(DEFAULT_STRATEGIES))
     """Strategies to compare; ``none`` is added first when missing (it is the baseline)."""
-    segment_steps: int = 20
-    """Measured steps per segment (a multiple of every periodic interval)."""
+    segment_steps: int | None = None
+    """Measured steps per segment (a multiple of every periodic interval); None: chosen
+    by :meth:`validate` (:data:`SHORT_SEGMENT_STEPS` or the intervals' LCM in one
+    launch, :data:`LAUNCH_SEGMENT_STEPS` per launch)."""
     repeats: int | None = None
-    """Segments per strategy, one row of the design each; None: one whole design
-    (:meth:`design_size`), the smallest balanced number."""
+    """Segments per strategy, one row of the design each; None: whole designs
+    (:meth:`design_size`) until every label has :data:`MIN_MEASURED_STEPS` measured
+    steps in one launch, one whole design in launch mode."""
     warmup_steps: int = 10
     """Fault-free steps under ``none`` before the first segment, excluded (at least this many)."""
-    segment_warmup: int = 3
+    segment_warmup: int | None = None
     """Steps at the start of every segment that are run but not measured (at least this
-    many: stretched so segments stay aligned with the periodic intervals)."""
+    many: stretched so segments stay aligned with the periodic intervals); None: 1 for
+    segments no interval constrains, else 3."""
     control: bool = True
     """Add an A/A control (a second ``none`` segment per repeat) that measures the noise."""
     seed: int = 0
@@ -167,8 +191,11 @@ class OverheadConfig:
             SpecError: unknown or ``auto`` strategy, duplicates, a segment length that
                 is not a multiple of an interval, or non-positive sizes.
         """
-        if (self.segment_steps < 2 or (self.repeats is not None and self.repeats < 1)
-                or self.warmup_steps < 0 or self.segment_warmup < 0 or self.resamples < 100):
+        if ((self.segment_steps is not None and self.segment_steps < 2)
+                or (self.repeats is not None and self.repeats < 1)
+                or self.warmup_steps < 0
+                or (self.segment_warmup is not None and self.segment_warmup < 0)
+                or self.resamples < 100):
             raise SpecError("overhead needs --segment-steps >= 2, --repeats >= 1, "
                             "--warmup-steps >= 0, --segment-warmup >= 0, resamples >= 100")
         raw = [s.strip().lower() for s in self.strategies if s.strip()]
@@ -182,21 +209,39 @@ class OverheadConfig:
                                 f"torchrun runs it), own (jitbench's hooks) and jit "
                                 f"(transparent JIT), got {bad[0]!r}")
             self.strategies, self.mode = ["none", *(n for n in names if n != "none")], "launches"
+            self._choose_segments(1)
             return []
-        out = []
+        parsed = []
         for n in names:
             st = Strategy.parse(n)
             if st.auto:
                 raise SpecError("overhead takes fixed intervals (periodic:N), not periodic:auto")
+            parsed.append(st)
+        self.mode = ("launches" if any(st.entry.launcher != "agent" for st in parsed)
+                     else "segments")
+        self._choose_segments(math.lcm(1, *(st.every for st in parsed if st.every)))
+        out = []
+        for n, st in zip(names, parsed, strict=True):
             if st.every and self.segment_steps % st.every:  # jit:backstop=N: its N
                 raise SpecError(f"--segment-steps {self.segment_steps} is not a multiple of "
                                 f"the interval of {n}: segments would hold different numbers "
                                 "of checkpoints")
             out.append(st)
         self.strategies = [str(s) for s in out]
-        self.mode = ("launches" if any(st.entry.launcher != "agent" for st in out)
-                     else "segments")
         return out
+
+    def _choose_segments(self, lcm: int) -> None:
+        """Fill in the segment length and warm-up left None, for ``mode`` and the
+        intervals' LCM (``lcm``, 1: none): short segments in one launch (slow drifts
+        of the machine's speed then fall on every label of a repeat alike), the
+        intervals' LCM when a periodic strategy needs whole intervals, and
+        :data:`LAUNCH_SEGMENT_STEPS` per launch (a launch's start-up is not measured,
+        but it costs seconds)."""
+        if self.segment_steps is None:
+            self.segment_steps = (LAUNCH_SEGMENT_STEPS if self.mode == "launches" else
+                                  lcm if lcm > 1 else SHORT_SEGMENT_STEPS)
+        if self.segment_warmup is None:
+            self.segment_warmup = 1 if self.mode == "segments" and lcm == 1 else 3
 
     def labels(self) -> list[str]:
         """The strategies and, with ``control``, the A/A control's label."""
@@ -209,8 +254,16 @@ class OverheadConfig:
         return len(williams_design(len(self.labels())))
 
     def n_repeats(self) -> int:
-        """``repeats``, or one whole design when it is None."""
-        return self.repeats if self.repeats is not None else self.design_size()
+        """``repeats``; when it is None, in one launch the fewest whole designs that
+        give every label :data:`MIN_MEASURED_STEPS` measured steps, per launch one
+        whole design."""
+        if self.repeats is not None:
+            return self.repeats
+        size = self.design_size()
+        if self.mode == "launches":
+            return size
+        rows = -(-MIN_MEASURED_STEPS // self.segment_steps)
+        return -(-rows // size) * size
 
     def balanced(self) -> bool:
         """Whether every label takes every position and follows every other label

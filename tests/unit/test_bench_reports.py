@@ -63,11 +63,38 @@ def test_overhead_plan_warms_up_every_segment_and_centres_checkpoints():
         assert (s[0] + skip - 1) % 10 == 5  # checkpoints (step % 10 == 0) mid-window
     assert all(b[0] - a[0] == 30 for a, b in zip(segs[1:], segs[2:], strict=False))
     assert total == segs[-1][0] + 30
-    for bad in (dict(strategies=["periodic:7"]), dict(strategies=["periodic:auto"]),
+    for bad in (dict(strategies=["periodic:7"], segment_steps=20),
+                dict(strategies=["periodic:auto"]),
                 dict(strategies=["jit", "jit"]), dict(segment_steps=1),
                 dict(segment_warmup=-1), dict(repeats=0)):
         with pytest.raises(SpecError):
             OverheadConfig(**bad).validate()
+
+
+def test_overhead_defaults_short_segments_in_one_launch_and_whole_intervals_otherwise():
+    from jitbench.harness.overhead import MIN_MEASURED_STEPS
+
+    jit = OverheadConfig(strategies=["jit"])
+    jit.validate()
+    # no interval: 2 measured steps after 1 warm-up, whole designs to 100 steps a label
+    assert (jit.segment_steps, jit.segment_warmup, jit.segment_length()) == (2, 1, 3)
+    assert jit.n_repeats() % jit.design_size() == 0 and jit.balanced()
+    assert jit.n_repeats() * jit.segment_steps >= MIN_MEASURED_STEPS
+    assert (jit.n_repeats() - jit.design_size()) * jit.segment_steps < MIN_MEASURED_STEPS
+    per = OverheadConfig(strategies=["jit", "periodic:7", "periodic-async:7"])
+    per.validate()  # one checkpoint per measured window, mid-window
+    assert (per.segment_steps, per.segment_warmup, per.segment_length()) == (7, 3, 14)
+    assert per.n_repeats() * 7 >= MIN_MEASURED_STEPS and per.balanced()
+    launches = OverheadConfig(strategies=["jit", "jit-inprocess"])
+    launches.validate()  # a launch's start-up costs seconds: longer windows, one design
+    assert (launches.segment_steps, launches.n_repeats()) == (20, launches.design_size())
+    script = OverheadConfig(strategies=["own", "jit"], script=True)
+    script.validate()
+    assert script.segment_steps == 20 and script.n_repeats() == script.design_size()
+    # what is given is kept
+    given = OverheadConfig(strategies=["jit"], segment_steps=20, segment_warmup=3, repeats=6)
+    given.validate()
+    assert (given.segment_steps, given.segment_warmup, given.n_repeats()) == (20, 3, 6)
 
 
 def test_overhead_of_a_strategy_with_its_own_launcher_is_measured_in_launches():
