@@ -35,7 +35,8 @@ def overhead(
              "none,jit,periodic:10,periodic-async:10; for a script: none,own,jit.")] = None,
     segment_steps: Annotated[int | None, typer.Option(
         help="Measured steps per segment (a multiple of every interval). Default: 2 in "
-             "one launch (the intervals' LCM with a periodic strategy), 20 per launch.",
+             "one launch (the intervals' LCM with a periodic strategy), 20 per launch "
+             "(rounded up to a multiple of the intervals).",
         show_default=False)] = None,
     repeats: Annotated[int | None, typer.Option(
         help="Segments per strategy (default: whole balanced designs until each strategy "
@@ -44,8 +45,9 @@ def overhead(
     warmup_steps: Annotated[int, typer.Option(help="Excluded steps before the first "
                                                    "segment.")] = 10,
     segment_warmup: Annotated[int | None, typer.Option(
-        help="Excluded steps at the start of every segment. Default: 1, or 3 with a "
-             "periodic strategy.", show_default=False)] = None,
+        help="Excluded steps at the start of every segment (at least: stretched to "
+             "whole intervals). Default: 1, or 3 with a periodic strategy.",
+        show_default=False)] = None,
     order_seed: Annotated[int, typer.Option("--order-seed", help="Seed of the order's "
                                             "shuffle and of the bootstrap.")] = 0,
     nproc: Annotated[int, typer.Option("--nproc", help="Ranks.")] = 2,

@@ -184,9 +184,9 @@ def needs_restore(cls: type[Fault], run: Any, spec: FaultSpec) -> str | None:
     interval chosen at run time (``periodic:auto``), gets the benefit of the
     doubt. Under ``periodic-async:N`` the save of c may still be writing when the
     failing fault strikes (it commits in the background): the restart then restores
-    c - N, or nothing, and the fault fires only if that still resumes at or after k;
-    a failing fault one interval later (g > c + N) always finds c committed, since
-    the save of c + N waits for it. Under a ``replicas`` launcher (``jit-inprocess``, ``inmem``) only the
+    c - N, or nothing, and the fault fires only if that still resumes at or after
+    k; a failing fault after step c + N finds c committed, since the save of c + N
+    waits for it. Under a ``replicas`` launcher (``jit-inprocess``, ``inmem``) only the
     rank that failed is replaced and loads state, so the failing fault must hit
     the same rank. Strategies that write no checkpoints never restore one.
     """

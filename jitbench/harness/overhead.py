@@ -23,7 +23,7 @@ repeat, put every label in every position once, and where every label
 follows every other label within a row equally often (once for an even number
 of labels; for an odd number the square and its mirror, ``2n`` rows). Labels
 and rows are shuffled with a recorded ``seed``. With ``repeats`` a multiple of
-the design size (:meth:`OverheadConfig.design_size`, the default) the order is
+the design size (:meth:`OverheadConfig.design_size`; the default repeats are) the order is
 balanced: a slow first position, a drift, or background work spilling into the
 next segment (an async save) hits every label alike. The old ABBA order was
 not: the control always followed ``periodic-async`` in even repeats, ``none``
@@ -35,8 +35,9 @@ repeat (one row of the design) spans seconds and a change of the machine's speed
 that lasts longer hits every label of the repeat alike; the number of repeats
 grows instead (whole designs until every label has :data:`MIN_MEASURED_STEPS`
 measured steps). With a periodic strategy a segment is the intervals' LCM (one
-checkpoint per window) after 3 warm-up steps; per launch it is
-:data:`LAUNCH_SEGMENT_STEPS`.
+checkpoint per window) after at least 3 warm-up steps (the whole segment
+stretched to a multiple of the LCM); per launch it is :data:`LAUNCH_SEGMENT_STEPS`
+rounded up to a multiple of the LCM.
 
 **Warm-up per segment**: the first ``segment_warmup`` steps of every segment
 (and of every launch) are run but not measured, so the switch and what the
@@ -209,7 +210,7 @@ class OverheadConfig:
                                 f"torchrun runs it), own (jitbench's hooks) and jit "
                                 f"(transparent JIT), got {bad[0]!r}")
             self.strategies, self.mode = ["none", *(n for n in names if n != "none")], "launches"
-            self._choose_segments(1)
+            self._choose_segments(1, False)
             return []
         parsed = []
         for n in names:
@@ -219,7 +220,8 @@ class OverheadConfig:
             parsed.append(st)
         self.mode = ("launches" if any(st.entry.launcher != "agent" for st in parsed)
                      else "segments")
-        self._choose_segments(math.lcm(1, *(st.every for st in parsed if st.every)))
+        self._choose_segments(math.lcm(1, *(st.every for st in parsed if st.every)),
+                              any(st.every for st in parsed))
         out = []
         for n, st in zip(names, parsed, strict=True):
             if st.every and self.segment_steps % st.every:  # jit:backstop=N: its N
@@ -230,18 +232,21 @@ class OverheadConfig:
         self.strategies = [str(s) for s in out]
         return out
 
-    def _choose_segments(self, lcm: int) -> None:
-        """Fill in the segment length and warm-up left None, for ``mode`` and the
-        intervals' LCM (``lcm``, 1: none): short segments in one launch (slow drifts
-        of the machine's speed then fall on every label of a repeat alike), the
-        intervals' LCM when a periodic strategy needs whole intervals, and
-        :data:`LAUNCH_SEGMENT_STEPS` per launch (a launch's start-up is not measured,
-        but it costs seconds)."""
+    def _choose_segments(self, lcm: int, periodic: bool) -> None:
+        """Fill in the segment length and warm-up left None, for ``mode``, the
+        intervals' LCM (``lcm``) and whether any strategy has an interval
+        (``periodic``): short segments in one launch (slow drifts of the machine's
+        speed then fall on every label of a repeat alike), whole intervals (their
+        LCM, at least 2 steps) when a periodic strategy needs them, and
+        :data:`LAUNCH_SEGMENT_STEPS` rounded up to a multiple of the LCM per launch
+        (a launch's start-up is not measured, but it costs seconds)."""
         if self.segment_steps is None:
-            self.segment_steps = (LAUNCH_SEGMENT_STEPS if self.mode == "launches" else
-                                  lcm if lcm > 1 else SHORT_SEGMENT_STEPS)
+            if self.mode == "launches":
+                self.segment_steps = -(-LAUNCH_SEGMENT_STEPS // lcm) * lcm
+            else:
+                self.segment_steps = -(-SHORT_SEGMENT_STEPS // lcm) * lcm
         if self.segment_warmup is None:
-            self.segment_warmup = 1 if self.mode == "segments" and lcm == 1 else 3
+            self.segment_warmup = 3 if periodic or self.mode == "launches" else 1
 
     def labels(self) -> list[str]:
         """The strategies and, with ``control``, the A/A control's label."""
@@ -402,6 +407,7 @@ def segment_times(run_dir: Path, spec: RunSpec, skip: int = 0,
 def launch_spec(base: RunSpec, cfg: OverheadConfig, strategy: str) -> RunSpec:
     """The fault-free spec of one launch-mode measurement: ``strategy`` (``none`` for the
     control) for ``warmup_steps`` + ``segment_steps`` + 1 steps."""
+    cfg.validate()  # fills in the default segment length
     d = RunSpec.from_dict(__import__("dataclasses").asdict(base))
     d.faults, d.segments = [], []
     d.strategy = "none" if strategy == CONTROL else strategy
@@ -427,6 +433,7 @@ def script_launch_spec(base: ScriptSpec, strategy: str) -> ScriptSpec:
 def script_steps_needed(cfg: OverheadConfig) -> int:
     """Optimizer steps a script must run for one launch-mode measurement: the warm-up
     and the measured window (the step clock times a step from its predecessor's end)."""
+    cfg.validate()  # fills in the default segment length
     return max(1, cfg.warmup_steps) + cfg.segment_steps
 
 

@@ -85,9 +85,15 @@ def test_overhead_defaults_short_segments_in_one_launch_and_whole_intervals_othe
     per.validate()  # one checkpoint per measured window, mid-window
     assert (per.segment_steps, per.segment_warmup, per.segment_length()) == (7, 3, 14)
     assert per.n_repeats() * 7 >= MIN_MEASURED_STEPS and per.balanced()
+    every_step = OverheadConfig(strategies=["periodic-async:1"])
+    every_step.validate()  # an interval of 1 still warms up past an async save's spill
+    assert (every_step.segment_steps, every_step.segment_warmup) == (2, 3)
     launches = OverheadConfig(strategies=["jit", "jit-inprocess"])
     launches.validate()  # a launch's start-up costs seconds: longer windows, one design
     assert (launches.segment_steps, launches.n_repeats()) == (20, launches.design_size())
+    inmem = OverheadConfig(strategies=["inmem:3"])
+    inmem.validate()  # launch mode, rounded up to whole intervals
+    assert inmem.mode == "launches" and inmem.segment_steps == 21
     script = OverheadConfig(strategies=["own", "jit"], script=True)
     script.validate()
     assert script.segment_steps == 20 and script.n_repeats() == script.design_size()
