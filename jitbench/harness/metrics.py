@@ -431,10 +431,12 @@ def memory_copy_step(evs: list[dict], cur: list[dict], hit: list[int], t_fault: 
     (``cur``) on ranks no failing fault hit (``hit``). A process holds a copy of step
     k after its ``stage`` end of kind ``inmem`` at step k, and after every successful
     restore (``inmem`` copies the restored or adopted state). Detection is the first
-    ``failure`` event at or after the fault (a survivor may finish the step the
-    failed rank died in, and copy it, before it notices)."""
+    ``failure`` event of a survivor at or after the fault (a survivor may finish the
+    step the failed rank died in, and copy it, before it notices; the failed rank's
+    own ``failure`` event, as a SIGTERMed rank logs one, is not a detection)."""
     pids = {e.get("pid") for e in cur if e["rank"] >= 0 and e["rank"] not in hit}
-    fails = [e[key] for e in cur if e["event"] == "failure" and e[key] >= t_fault]
+    fails = [e[key] for e in cur if e["event"] == "failure" and e[key] >= t_fault
+             and e.get("pid") in pids]
     t_detect = min(fails, default=t_fault)
     steps = [e["step"] for e in evs if e["attempt"] == attempt and e.get("pid") in pids
              and e["phase"] == "end" and e[key] <= t_detect

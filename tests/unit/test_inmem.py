@@ -122,4 +122,9 @@ def test_expected_replay_counts_from_the_newest_copy_a_survivor_held_at_detectio
     # a survivor that finished the failed rank's step and copied it before it noticed
     evs.insert(6, _ev("stage", "end", 2.8, 0, 10, kind="inmem", step=4))
     assert memory_copy_step(evs, evs, [1], 2.5, 0, "t_mono") == 4
+    # a SIGTERMed rank logs its own failure at once; the survivor that completed the
+    # step and copied it (a multiple of N) before it noticed still holds that copy
+    # (stress chunk 11, campaign 110: term at step 6 under inmem:3 was held to step 3)
+    evs.insert(6, _ev("failure", "point", 2.55, 1, 11, trigger="signal"))
+    assert memory_copy_step(evs, evs, [1], 2.5, 0, "t_mono") == 4
     assert memory_copy_step([], [], [1], 2.5, 0, "t_mono") is None
