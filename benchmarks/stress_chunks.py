@@ -9,13 +9,24 @@ appends such a log to the record as one chunk, headed by one line::
 and prints the totals over every chunk, so 1,000 campaigns can be reached a few
 hundred at a time on a shared machine, each chunk at the commit it ran on.
 
+After a fix to a metric or to the checker, ``recheck`` judges a chunk's runs again
+from the run directories they left (``jitbench.harness.campaign.recheck``: the
+summary derived anew from the events, checkpoints and final states, with this
+checkout's code) and, given ``--chunk``, appends one line to the record::
+
+    # recheck of chunk 11 at commit def5678, 2026-12-03: 124 campaigns, 0 violations (1 at run time)
+
+The chunk's own header keeps what it found when it ran.
+
 Usage::
 
     python benchmarks/stress_chunks.py append LOG.jsonl --seed S [--commit C] [--note TEXT] [--record FILE]
+    python benchmarks/stress_chunks.py recheck LOG.jsonl [--chunk N] [--note TEXT] [--record FILE]
     python benchmarks/stress_chunks.py total [--record FILE]
 
-Exit status: 0; 1 when the record holds a violation (``total``); 2 for a missing
-or unreadable log or record (one line).
+Exit status: 0; 1 when the record holds a violation (``total``) or a rechecked
+campaign has one (``recheck``); 2 for a missing or unreadable log, record or run
+directory, or a log whose number of campaigns is not the chunk's (one line).
 """
 
 from __future__ import annotations
@@ -33,6 +44,8 @@ from provenance import git_commit
 
 RECORD = Path(__file__).with_name("stress-cpu.txt")
 CHUNK = re.compile(r"^# chunk (\d+): (\d+) campaigns, (\d+) violations")
+RECHECK = re.compile(r"^# recheck of chunk (\d+) at commit (\w+), [\d-]+: (\d+) campaigns, "
+                     r"(\d+) violations")
 
 
 def chunks(record: Path) -> list[tuple[int, int, int]]:
@@ -73,6 +86,56 @@ def append(log: Path, record: Path, seed: str, note: str = "", commit: str | Non
     return head
 
 
+def rechecks(record: Path) -> list[tuple[int, str, int, int]]:
+    """``(chunk number, commit, campaigns, violations)`` of every recheck line in ``record``."""
+    return [(int(m[1]), m[2], int(m[3]), int(m[4]))
+            for m in map(RECHECK.match, record.read_text().splitlines()) if m]
+
+
+def recheck(log: Path, record: Path, chunk: int | None, note: str = "",
+            commit: str | None = None) -> tuple[str, int]:
+    """Judge every campaign of ``log`` again from its run directory with this
+    checkout's metrics and checker (:func:`jitbench.harness.campaign.recheck`);
+    prints one line per campaign whose verdict changed. With ``chunk``, appends the
+    recheck line to ``record`` (the log must hold that chunk's number of campaigns).
+
+    Returns:
+        ``(the recheck line, violations now)``.
+
+    Raises:
+        OSError: the log, the record or a run directory cannot be read.
+        ValueError: the log holds no campaign, or not the chunk's number of them,
+            or ``chunk`` is not in the record.
+    """
+    from jitbench.harness import campaign
+
+    rows = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+    if not rows:
+        raise ValueError(f"{log} holds no campaign")
+    if chunk is not None:
+        sizes = {c: n for c, n, _ in chunks(record)}
+        if chunk not in sizes:
+            raise ValueError(f"{record} holds no chunk {chunk}")
+        if sizes[chunk] != len(rows):
+            raise ValueError(f"{log} holds {len(rows)} campaigns, chunk {chunk} {sizes[chunk]}")
+    then = now = 0
+    for i, r in enumerate(rows, 1):
+        violations, _ = campaign.recheck(r["run_dir"])
+        then += bool(r["violations"])
+        now += bool(violations)
+        if bool(violations) != bool(r["violations"]) or violations and \
+                violations != r["violations"]:
+            print(f"[{i:4d}] {r['campaign']}: at run time {r['violations'] or 'ok'}, "
+                  f"now {violations or 'ok'}")
+    line = (f"# recheck of chunk {chunk if chunk is not None else '?'} at commit "
+            f"{commit or git_commit()}, {time.strftime('%Y-%m-%d')}: {len(rows)} campaigns, "
+            f"{now} violations ({then} at run time)" + (f". {note}" if note else ""))
+    if chunk is not None:
+        with open(record, "a") as fh:
+            fh.write(line + "\n")
+    return line, now
+
+
 def total(record: Path) -> tuple[int, int, int]:
     """``(chunks, campaigns, violations)`` over the record."""
     cs = chunks(record)
@@ -88,17 +151,30 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--note", default="")
     a.add_argument("--commit", default=None, help="the commit it ran at (default: HEAD)")
     a.add_argument("--record", type=Path, default=RECORD)
+    r = sub.add_parser("recheck", help="judge a chunk's runs again with this checkout")
+    r.add_argument("log", type=Path)
+    r.add_argument("--chunk", type=int, default=None,
+                   help="the chunk the log is: append the recheck line to the record")
+    r.add_argument("--note", default="")
+    r.add_argument("--record", type=Path, default=RECORD)
     t = sub.add_parser("total", help="campaigns and violations over every chunk")
     t.add_argument("--record", type=Path, default=RECORD)
     args = ap.parse_args(argv)
     try:
+        if args.cmd == "recheck":
+            line, now = recheck(args.log, args.record, args.chunk, args.note)
+            print(line)
+            return 1 if now else 0
         if args.cmd == "append":
             print(append(args.log, args.record, args.seed, args.note, args.commit))
         n, campaigns, bad = total(args.record)
+        again = rechecks(args.record)
     except (OSError, ValueError, KeyError, IndexError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"stress record {args.record}: {campaigns} campaigns in {n} chunks, {bad} violations")
+    for c, commit, k, v in again:
+        print(f"  chunk {c} rechecked at {commit}: {k} campaigns, {v} violations")
     return 1 if bad else 0
 
 

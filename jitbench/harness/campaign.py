@@ -28,7 +28,9 @@ of the same spec. The invariants (issue 5, "Nothing lost"):
 - ``bound``: the run ended within its time bound.
 
 :func:`check` returns the violations as lines (empty: the run kept every
-invariant). Property tests draw campaigns with hypothesis; :func:`random_campaign`
+invariant); :func:`recheck` checks a finished run again, from what it left in its
+run directory, with this checkout's metrics (after a fix to a metric or to the
+checker, the runs already made are judged again without running them again). Property tests draw campaigns with hypothesis; :func:`random_campaign`
 draws one from a seeded :class:`random.Random` for use without it.
 
 Fault kinds come from :data:`CAMPAIGN_KINDS`, overridable with the
@@ -55,6 +57,19 @@ CAMPAIGN_KINDS: tuple[str, ...] = ("kill", "nccl-hang", "term", "segfault", "exc
 """Fault kinds drawn by default: each makes one failure of the job that JIT recovers
 from with at most one replayed minibatch, needs no parameters, and may fire at the
 gradient collective or before any micro-batch."""
+
+
+BOUND_BASE_S, BOUND_PER_FAULT_S = 90.0, 60.0
+"""A campaign run must end within ``BOUND_BASE_S + BOUND_PER_FAULT_S x faults``
+seconds (:func:`run_bound_s`): the sizes of the campaigns of
+``tests/dist/test_campaigns.py`` (tiny GPT, 2 ranks, up to 12 steps) on 2 shared
+cores, with room for one hang detection per fault."""
+
+
+def run_bound_s(n_faults: int) -> float:
+    """The time bound (s) of a campaign run with ``n_faults`` faults (the ``bound``
+    invariant): ``BOUND_BASE_S + BOUND_PER_FAULT_S * n_faults``."""
+    return BOUND_BASE_S + BOUND_PER_FAULT_S * n_faults
 
 
 def campaign_kinds() -> tuple[str, ...]:
@@ -346,3 +361,43 @@ def check(summary: dict, spec: RunSpec, run_dir: str | Path, reference_dir: str 
                  f"{[p for p, _ in alive]}")
     v += ["ports: " + x for x in leaked_ports(run_dir)]
     return v
+
+
+def recheck(run_dir: str | Path) -> tuple[list[str], str | None]:
+    """Check a finished campaign run again with this checkout's metrics and checker.
+
+    The run's summary is derived anew (:func:`jitbench.harness.run.summarize`) from
+    what the run left in ``run_dir``: its events, checkpoint directory, final state
+    and ``spec.json``, and its reference's run directory (``reference_dir`` of its
+    ``summary.json``); how the agent ended (exit status, wall time, interruption,
+    time-out) is taken from that ``summary.json``, since it cannot be observed
+    again. The ``orphans`` and ``ports`` invariants are of the present: they find
+    nothing once the run is gone, so their verdict at run time is not revisited.
+    Writes ``phases.parquet`` of ``run_dir`` again (as the run did); nothing else.
+
+    Returns:
+        ``(violations, code_version)``: the lines of :func:`check` (empty: every
+        invariant kept) and the ``code_version`` of the checkout that ran it (None
+        when its summary names none).
+
+    Raises:
+        OSError: ``run_dir`` lacks ``spec.json`` or ``summary.json``, or a file
+            they name cannot be read.
+        ValueError, KeyError: either file is not what a jitbench run writes.
+    """
+    from jitbench.harness.launch import LaunchResult
+    from jitbench.harness.run import summarize
+
+    run_dir = Path(run_dir)
+    spec = RunSpec.load(run_dir / "spec.json")
+    then = json.loads((run_dir / "summary.json").read_text())
+    res = LaunchResult(int(then["agent_exit"]), float(then["wall_s"]),
+                       interrupted=bool(then.get("interrupted")),
+                       timed_out=bool(then.get("timed_out")))
+    ref_dir = then.get("reference_dir")
+    ref = (LaunchResult(0, float(then.get("reference_wall_s") or 0.0))
+           if ref_dir else None)
+    summary = summarize(spec, run_dir, res, ref, Path(ref_dir) if ref_dir else None)
+    summary["timed_out"] = res.timed_out
+    return (check(summary, spec, run_dir, ref_dir or run_dir / "reference",
+                  run_bound_s(len(spec.faults))), then.get("code_version"))

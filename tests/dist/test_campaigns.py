@@ -40,10 +40,6 @@ from tests.conftest import small_spec
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
-BOUND_BASE_S, BOUND_PER_FAULT_S = 90.0, 60.0
-"""Every run must end within ``base + per_fault x faults`` seconds (2 shared cores)."""
-
-
 @st.composite
 def campaigns(draw, steps: int, nproc: int = 2, grad_accum: int = 1, max_faults: int = 3,
               strategies: tuple[str, ...] = ("jit",)) -> campaign.Campaign:
@@ -64,7 +60,7 @@ def run_campaign(c: campaign.Campaign, base, shared_reference, root) -> dict:
     """Run one campaign against its shared reference; returns a JSON-able result."""
     spec = c.apply(base)
     ref = shared_reference(spec)
-    bound = BOUND_BASE_S + BOUND_PER_FAULT_S * len(spec.faults)
+    bound = campaign.run_bound_s(len(spec.faults))
     run_dir = root / f"c{time.monotonic_ns()}"
     t0 = time.monotonic()
     out = run_spec(spec, run_dir, reference_from=ref, timeout_s=bound)

@@ -9,12 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from jitbench.faults import FaultSpec
-from jitbench.harness import metrics
+from jitbench.harness import campaign, metrics
+from jitbench.harness.launch import run_processes
 from jitbench.harness.run import run as run_spec
 from jitbench.runtime.events import read_events
-from jitbench.harness.launch import run_processes
 from tests.conftest import small_spec
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -87,6 +88,23 @@ def test_periodic_replays_since_last_checkpoint(tmp_path, references, kind):
     assert s["replayed_steps"] == 1
     assert s["state_equal"] is True and s["sample_stream_equal"] is True
     assert s["checkpoint_saves"] >= 3
+    # judged again from what the run left (campaign.recheck, stress_chunks.py recheck):
+    # the same verdict, and a changed final state is found
+    assert campaign.recheck(run_dir) == ([], s["code_version"])
+    state = torch.load(run_dir / "final" / "state.pt", weights_only=True)
+    _perturb_first_float(state)
+    torch.save(state, run_dir / "final" / "state.pt")
+    violations, _ = campaign.recheck(run_dir)
+    assert [v for v in violations if v.startswith("state: ")], violations
+
+
+def _perturb_first_float(x) -> bool:
+    """Add 1 to the first element of the first floating-point tensor in ``x``."""
+    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel():
+        x.view(-1)[0] += 1
+        return True
+    items = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ()
+    return any(_perturb_first_float(v) for v in items)
 
 
 @pytest.mark.heavy  # CI suite time budget: nox -s heavy

@@ -142,3 +142,48 @@ def test_stress_chunks_append_and_total(tmp_path):
     assert "        state: max_abs_diff 0.1" in record.read_text()  # the violation is kept
     assert stress_chunks.main(["total", "--record", str(record)]) == 1
     assert stress_chunks.main(["total", "--record", str(tmp_path / "absent")]) == 2
+
+
+def test_stress_chunks_recheck_appends_the_verdicts_of_now(tmp_path, monkeypatch, capsys):
+    """``recheck`` judges each logged run again (here a stand-in for
+    ``campaign.recheck`` that finds the second run now clean), prints the campaign
+    whose verdict changed, appends one line to the record that ``total`` lists, and
+    refuses a log whose size is not the chunk's."""
+
+    import stress_chunks
+
+    from jitbench.harness import campaign
+
+    record = tmp_path / "stress.txt"
+    record.write_text("# chunk 1: 2 campaigns, 1 violations, commit abc, seed 1, 2026-11-30, "
+                      "median 12.6 s/campaign, strategies jit 2\n")
+    log = tmp_path / "log.jsonl"
+    log.write_text("\n".join(json.dumps(r) for r in [
+        {"campaign": "jit: kill@rank0:step1", "violations": [], "run_dir": "r1"},
+        {"campaign": "inmem:3: term@rank1:step6", "violations": ["replay: replayed 1"],
+         "run_dir": "r2"}]) + "\n")
+    now = {"r1": [], "r2": []}
+    monkeypatch.setattr(campaign, "recheck", lambda d: (now[d], "0.1.0+abc"))
+    line, bad = stress_chunks.recheck(log, record, 1, commit="fed")
+    assert bad == 0
+    assert line.startswith("# recheck of chunk 1 at commit fed, ")
+    assert line.endswith(": 2 campaigns, 0 violations (1 at run time)")
+    assert "[   2] inmem:3: term@rank1:step6: at run time ['replay: replayed 1'], now ok" \
+        in capsys.readouterr().out
+    assert stress_chunks.rechecks(record) == [(1, "fed", 2, 0)]
+    (tmp_path / "stress-cpu.txt").write_text(record.read_text())
+    assert "| 1 | abc | 2026-11-30 | 2 | 1 | 12.6 | 0 at fed |" in figs.stress(tmp_path)
+    assert stress_chunks.total(record) == (1, 2, 1)  # the chunk's header keeps its run-time count
+    assert stress_chunks.main(["total", "--record", str(record)]) == 1
+    assert "chunk 1 rechecked at fed: 2 campaigns, 0 violations" in capsys.readouterr().out
+    now["r1"] = ["state: differs"]  # a run that fails now: exit 1
+    assert stress_chunks.main(["recheck", str(log), "--record", str(record)]) == 1
+    assert len(stress_chunks.rechecks(record)) == 1  # without --chunk nothing is appended
+    before = record.read_text()
+    assert stress_chunks.main(["recheck", str(log), "--chunk", "2", "--record",
+                               str(record)]) == 2  # no chunk 2
+    log.write_text(log.read_text().splitlines()[0] + "\n")
+    assert stress_chunks.main(["recheck", str(log), "--chunk", "1", "--record",
+                               str(record)]) == 2  # 1 campaign, chunk 1 has 2
+    assert record.read_text() == before
+    assert "holds 1 campaigns, chunk 1 2" in capsys.readouterr().err
