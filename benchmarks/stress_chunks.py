@@ -107,7 +107,10 @@ def recheck(log: Path, record: Path, chunk: int | None, note: str = "",
         ValueError: the log holds no campaign, or not the chunk's number of them,
             or ``chunk`` is not in the record.
     """
-    from jitbench.harness import campaign
+    try:
+        from jitbench.harness import campaign
+    except ImportError as exc:
+        raise OSError(f"recheck needs jitbench installed (pip install -e .): {exc}") from exc
 
     rows = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
     if not rows:
