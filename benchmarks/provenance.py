@@ -13,8 +13,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def git_commit() -> str:
-    """The checkout's short commit, ``+dirty`` when tracked files differ; "" outside git."""
+def git_commit(ignore: tuple[str, ...] = ()) -> str:
+    """The checkout's short commit, ``+dirty`` when tracked files differ; "" outside git.
+    ``ignore``: paths (relative to the checkout) whose changes do not count, such as
+    the record being written."""
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                              capture_output=True, text=True, timeout=10)
@@ -24,7 +26,8 @@ def git_commit() -> str:
         return ""
     if rev.returncode:
         return ""
-    return rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    changed = [ln[3:] for ln in dirty.stdout.splitlines() if ln[3:] not in ignore]
+    return rev.stdout.strip() + ("+dirty" if changed else "")
 
 
 def load_avg() -> list[float]:

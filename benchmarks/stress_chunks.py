@@ -48,6 +48,14 @@ RECHECK = re.compile(r"^# recheck of chunk (\d+) at commit (\w+), [\d-]+: (\d+) 
                      r"(\d+) violations")
 
 
+def _rel(record: Path) -> str:
+    """``record``'s path in the checkout (its own changes do not make a commit dirty)."""
+    try:
+        return str(record.resolve().relative_to(Path(__file__).resolve().parent.parent))
+    except ValueError:
+        return str(record)
+
+
 def chunks(record: Path) -> list[tuple[int, int, int]]:
     """``(chunk number, campaigns, violations)`` of every chunk header in ``record``."""
     return [(int(m[1]), int(m[2]), int(m[3]))
@@ -71,7 +79,8 @@ def append(log: Path, record: Path, seed: str, note: str = "", commit: str | Non
     strategies = Counter(r["campaign"].split(": ")[0] for r in rows)
     kinds = Counter(f.split("@")[0] for r in rows for f in r["campaign"].split(": ", 1)[1]
                     .split(", "))
-    head = (f"# chunk {n}: {len(rows)} campaigns, {bad} violations, commit {commit or git_commit()}, "
+    head = (f"# chunk {n}: {len(rows)} campaigns, {bad} violations, commit "
+            f"{commit or git_commit(ignore=(_rel(record),))}, "
             f"seed {seed}, {time.strftime('%Y-%m-%d')}, median "
             f"{statistics.median(r['wall_s'] for r in rows):.1f} s/campaign, strategies "
             + ", ".join(f"{k} {v}" for k, v in strategies.most_common())
@@ -131,7 +140,8 @@ def recheck(log: Path, record: Path, chunk: int | None, note: str = "",
             print(f"[{i:4d}] {r['campaign']}: at run time {r['violations'] or 'ok'}, "
                   f"now {violations or 'ok'}")
     line = (f"# recheck of chunk {chunk if chunk is not None else '?'} at commit "
-            f"{commit or git_commit()}, {time.strftime('%Y-%m-%d')}: {len(rows)} campaigns, "
+            f"{commit or git_commit(ignore=(_rel(record),))}, {time.strftime('%Y-%m-%d')}: "
+            f"{len(rows)} campaigns, "
             f"{now} violations ({then} at run time)" + (f". {note}" if note else ""))
     if chunk is not None:
         with open(record, "a") as fh:
