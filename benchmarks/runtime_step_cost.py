@@ -27,11 +27,24 @@ microseconds (µs):
   GIL release, hidden behind torch kernels (which release the GIL too) when
   they are longer than a batch's encoding.
 
-The header names the machine (CPU, ``nproc``, load average before and after),
-the commit, Python and torch. Figures are wall times on a shared machine:
-compare medians of runs taken at similar load.
+``step (whole, training thread)`` is each measured step's wall time, begin
+to end of the ``with rt.step()`` block, for scale.
 
-    PYTHONPATH=. python benchmarks/runtime_step_cost.py [--steps 300] [--out FILE]
+``--device cuda`` trains on the first GPU (the model, its buffers and the
+optimizer moments there; the runtime then also records one CUDA event per
+boundary, :mod:`jitbench.runtime.device_copy`): the host-side cost on the
+training thread, with the step's compute on the GPU instead of on the core that
+runs the runtime's Python (on a CPU build the step's kernels evict the
+interpreter's caches, see ``benchmarks/runtime-step-cost.txt``).
+``tests/gpu/device_checks.sh`` runs it on a lent GPU machine.
+
+The header names the machine (CPU, ``nproc``, load average before and after;
+the GPU with ``--device cuda``), the commit, Python and torch. Figures are wall
+times on a shared machine: compare medians of runs taken at similar load.
+
+    PYTHONPATH=. python benchmarks/runtime_step_cost.py [--steps 300] [--device cpu|cuda] [--out FILE]
+
+Exit status: 0; 2 for ``--device cuda`` where torch sees no GPU (one line).
 
 To measure another commit, run a copy of this file inside an export of it
 (``git archive C | tar -x -C /tmp/c``): the script imports the tree it lies in.
@@ -87,15 +100,17 @@ def _once(fn) -> float:
     return time.perf_counter() - t0
 
 
-def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path) -> dict:
-    """Per-step times (s) of every component over ``steps`` measured steps."""
+def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
+            device: torch.device = torch.device("cpu")) -> dict:
+    """Per-step times (s) of every component over ``steps`` measured steps, training
+    on ``device``."""
     torch.set_num_threads(1)
     random.seed(0)
     np.random.seed(0)
     torch.manual_seed(0)
     cfg = WorkloadConfig(name="gpt", size=size, steps=steps + warmup, batch_size=batch_size,
                          extra={"max_bytes": 200_000})
-    wl = build_workload(cfg, 0, 1, torch.device("cpu"))
+    wl = build_workload(cfg, 0, 1, device)
     events = EventLog(events_path(tmp, 0, 0), 0, 0)
     rt = Runtime(RuntimeConfig(strategy="jit", ckpt_dir=str(tmp / "ckpt"), hang_first_s=600,
                                hang_floor_s=600, sync_bound_s=600, run_id="bench"),
@@ -117,7 +132,9 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path) -> d
     bufs = list(snap["buffers"].values())
     live = [b for _, b in wl.model.named_buffers()]
     scratch_log = EventLog(tmp / "scratch-events.jsonl", 0, 0)
+    whole: list[float] = []
     for step in range(1, steps + warmup + 1):
+        t_step = time.perf_counter()
         with rt.step(step) as info:
             loss = wl.loss(wl.model, wl.batch(step, 0))
             loss.backward()
@@ -125,6 +142,7 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path) -> d
             wl.optimizer.zero_grad(set_to_none=True)
             wl.scheduler.step()
             info.update(loss=loss.item())
+        whole.append(time.perf_counter() - t_step)
         if step <= warmup:
             continue
         # the parts, each on its own at this boundary
@@ -154,7 +172,7 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path) -> d
     rts = [e["rt_s"] for e in read_events(tmp) if e["event"] == "step"
            and e["phase"] == "end" and e["step"] > warmup]
     both = [b + e for b, e in zip(begin[warmup:], end[warmup:], strict=True)]
-    return {"rt_s (end, runtime)": rts, "_begin (training thread)": begin[warmup:],
+    return {"step (whole, training thread)": whole[warmup:], "rt_s (end, runtime)": rts, "_begin (training thread)": begin[warmup:],
             "_end (training thread)": end[warmup:],
             "begin + end (training thread)": both, **parts}
 
@@ -167,14 +185,21 @@ def _cpu() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def report(times: dict, steps: int, size: str, batch_size: int, load0, load1) -> str:
+def _gpu(device: torch.device) -> str:
+    if device.type != "cuda":
+        return ""
+    return f", GPU {torch.cuda.get_device_name(device)}, CUDA {torch.version.cuda}"
+
+
+def report(times: dict, steps: int, size: str, batch_size: int, load0, load1,
+           device: torch.device = torch.device("cpu")) -> str:
     """The table: median, p10, p90 per component (µs)."""
     head = [f"# runtime step cost: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, "
             f"commit {git_commit()}, Python {platform.python_version()}, torch {torch.__version__}",
             f"# machine: {_cpu()}, nproc {os.cpu_count()}, load average (1/5/15 min) "
             f"{' '.join(f'{x:.2f}' for x in load0)} before, "
-            f"{' '.join(f'{x:.2f}' for x in load1)} after",
-            f"# gpt {size}, batch {batch_size}, strategy jit, 1 rank in process, "
+            f"{' '.join(f'{x:.2f}' for x in load1)} after{_gpu(device)}",
+            f"# gpt {size}, batch {batch_size}, strategy jit, device {device.type}, 1 rank in process, "
             f"{steps} measured steps; microseconds per step",
             f"{'component':40s} {'median':>8s} {'p10':>8s} {'p90':>8s} {'n':>5s}"]
     for k, xs in times.items():
@@ -186,23 +211,30 @@ def report(times: dict, steps: int, size: str, batch_size: int, load0, load1) ->
     return "\n".join(head) + "\n"
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=300, help="measured steps")
     ap.add_argument("--warmup", type=int, default=20, help="excluded first steps")
     ap.add_argument("--size", default="small", help="gpt size (default: the default, small)")
     ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="train on the CPU or on the first GPU (default cpu)")
     ap.add_argument("--out", type=Path, help="also append the table to this file")
     a = ap.parse_args()
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda: torch sees no GPU here", file=sys.stderr)
+        return 2
+    device = torch.device("cuda", 0) if a.device == "cuda" else torch.device("cpu")
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory() as d:
-        times = measure(a.steps, a.warmup, a.size, a.batch_size, Path(d))
-    text = report(times, a.steps, a.size, a.batch_size, load0, os.getloadavg())
+        times = measure(a.steps, a.warmup, a.size, a.batch_size, Path(d), device)
+    text = report(times, a.steps, a.size, a.batch_size, load0, os.getloadavg(), device)
     print(text, end="")
     if a.out:
         with open(a.out, "a", encoding="utf-8") as fh:
             fh.write(text + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One short script for a lent GPU machine: record the machine, the NVML health
 # check, run the GPU tests (real NVML probe, side-stream copy behind a spinning
-# kernel, NCCL runs) and one single-GPU run of the main job. Results go to
-# ${OUT:-gpu-results}/.
+# kernel, NCCL runs), one single-GPU run of the main job and the JIT runtime's
+# per-step cost on the training thread with the default GPT on the GPU (issue 16:
+# <= 50 us; benchmarks/runtime_step_cost.py). Results go to ${OUT:-gpu-results}/.
 # Usage (repository root): OUT=/some/dir tests/gpu/device_checks.sh
 # The GPU machine reaches no package registry and has its own torch: jitbench
 # is installed without dependencies (the image holds them) and is also put on
@@ -31,4 +32,8 @@ timeout "${GPU_RUN_TIMEOUT:-150}" python -m jitbench.cli run --backend nccl --np
     --run-dir "$out/run1" --json > "$out/run1.json" 2> "$out/run1.err"
 echo "single-GPU run exit $?"; tail -c 1500 "$out/run1.json"; tail -n 5 "$out/run1.err"
 cp "$out/run1/agent.log" "$out/run1-agent.log" 2>/dev/null; rm -rf "$out/run1"
+# the runtime's own cost per step on the training thread, default GPT on the GPU
+timeout "${GPU_COST_TIMEOUT:-120}" python benchmarks/runtime_step_cost.py --device cuda \
+    --steps 300 > "$out/runtime-step-cost.txt" 2>&1
+echo "runtime step cost exit $?"; head -n 9 "$out/runtime-step-cost.txt"
 exit $rc
