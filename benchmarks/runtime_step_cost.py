@@ -13,10 +13,14 @@ microseconds (µs):
   :meth:`Runtime._end` on the training thread, everything included (the event
   lines, ``strategy.at_boundary``): the runtime's whole per-step cost on the
   training thread is their sum (``begin + end``);
-- the parts, each timed on its own at the same boundary right after the step
-  (the same calls the runtime makes, repeated outside the step so the totals
-  above stay unperturbed): ``Boundary.refresh`` (the whole snapshot) and inside
-  it the RNG capture, the buffers' in-place copy, the optimizer
+- ``in the step end``: ``Boundary.refresh`` (the whole snapshot) as ``_end`` runs
+  it, and inside it each part where it runs (timers around the RNG capture, the
+  buffers' copy, the optimizer hyper-parameters, the LR scheduler and the CUDA
+  events' record): the split of ``rt_s`` by component;
+- ``again right after``: the same parts timed once more at the same boundary,
+  right after the step (the same calls the runtime makes, repeated outside the
+  step), when the caches hold their code and data: ``Boundary.refresh`` and
+  inside it the RNG capture, the buffers' in-place copy, the optimizer
   hyper-parameters, the LR scheduler, the data position; ``EventLog.emit`` of a
   step-end event (what the training thread pays for one event line) and, for
   reference, what encoding and writing a line costs (``json.dumps``;
@@ -70,6 +74,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from jitbench.runtime import state as state_mod  # noqa: E402
 from jitbench.runtime.config import RuntimeConfig  # noqa: E402
 from jitbench.runtime.core import Runtime  # noqa: E402
 from jitbench.runtime.events import EventLog, events_path, read_events  # noqa: E402
@@ -86,6 +91,19 @@ from jitbench.workloads import WorkloadConfig, build_workload  # noqa: E402
 
 def _timed(times: list[float], fn):
     def wrapper(*a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return fn(*a, **kw)
+        finally:
+            times.append(time.perf_counter() - t0)
+    return wrapper
+
+
+def _timed_if(times: list[float], on: list[bool], fn):
+    """``fn``, timed into ``times`` while ``on[0]`` is true."""
+    def wrapper(*a, **kw):
+        if not on[0]:
+            return fn(*a, **kw)
         t0 = time.perf_counter()
         try:
             return fn(*a, **kw)
@@ -122,10 +140,24 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
     end: list[float] = []
     rt._begin = _timed(begin, rt._begin)
     rt._end = _timed(end, rt._end)
+    # in situ: the snapshot's parts where _end runs them, timed only inside the step
+    on = [False]
+    situ: dict[str, list[float]] = {k: [] for k in (
+        "in the step end: Boundary.refresh", "  rng capture", "  buffers copy",
+        "  optimizer hyper-parameters", "  LR scheduler", "  CUDA events record")}
+    b = rt.boundary
+    b.refresh = _timed_if(situ["in the step end: Boundary.refresh"], on, b.refresh)
+    state_mod.capture_rng_raw = _timed_if(situ["  rng capture"], on, capture_rng_raw)
+    for name, row in (("_buffers", "  buffers copy"), ("_hyper_params", "  optimizer hyper-parameters"),
+                      ("_scheduler_state", "  LR scheduler")):
+        if hasattr(b, name):  # an older tree's take() has no such parts: not split
+            setattr(b, name, _timed_if(situ[row], on, getattr(b, name)))
+    if b.device_events.events:
+        b.device_events.mark = _timed_if(situ["  CUDA events record"], on, b.device_events.mark)
     parts: dict[str, list[float]] = {k: [] for k in (
-        "Boundary.refresh (whole snapshot)", "  rng capture", "  buffers copy",
-        "  optimizer hyper-parameters", "  LR scheduler", "  data position (at a save, not per step)",
-        "EventLog.emit (step end)", "  ref: json.dumps of the line",
+        "again right after: Boundary.refresh", "  rng capture ", "  buffers copy ",
+        "  optimizer hyper-parameters ", "  LR scheduler ",
+        "  data position (at a save, not per step)", "EventLog.emit (step end)", "  ref: json.dumps of the line",
         "  ref: os.write of the line")}
     scratch = os.open(tmp / "scratch.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     snap = rt.boundary.snapshot
@@ -135,6 +167,7 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
     whole: list[float] = []
     for step in range(1, steps + warmup + 1):
         t_step = time.perf_counter()
+        on[0] = step > warmup
         with rt.step(step) as info:
             loss = wl.loss(wl.model, wl.batch(step, 0))
             loss.backward()
@@ -143,18 +176,20 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
             wl.scheduler.step()
             info.update(loss=loss.item())
         whole.append(time.perf_counter() - t_step)
+        on[0] = False
         if step <= warmup:
             continue
         # the parts, each on its own at this boundary
         p = parts
-        p["Boundary.refresh (whole snapshot)"].append(_once(lambda s=step: rt.boundary.refresh(s)))
-        p["  rng capture"].append(_once(capture_rng_raw))
+        p["again right after: Boundary.refresh"].append(
+            _once(lambda s=step: rt.boundary.refresh(s)))
+        p["  rng capture "].append(_once(capture_rng_raw))
         if bufs:
-            p["  buffers copy"].append(_once(lambda: torch._foreach_copy_(bufs, live)))
-        p["  optimizer hyper-parameters"].append(_once(lambda: [
+            p["  buffers copy "].append(_once(lambda: torch._foreach_copy_(bufs, live)))
+        p["  optimizer hyper-parameters "].append(_once(lambda: [
             {k: copy_small(v) for k, v in g.items() if k != "params"}
             for g in wl.optimizer.param_groups]))
-        p["  LR scheduler"].append(_once(lambda: copy_small(wl.scheduler.state_dict())))
+        p["  LR scheduler "].append(_once(lambda: copy_small(wl.scheduler.state_dict())))
         p["  data position (at a save, not per step)"].append(_once(lambda s=step: copy_small(wl.data_state(s))))
         p["EventLog.emit (step end)"].append(_once(lambda s=step: scratch_log.emit(
             "step", "end", step=s, dur_s=0.1, rt_s=1e-5, loss=1.0)))
@@ -172,9 +207,10 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
     rts = [e["rt_s"] for e in read_events(tmp) if e["event"] == "step"
            and e["phase"] == "end" and e["step"] > warmup]
     both = [b + e for b, e in zip(begin[warmup:], end[warmup:], strict=True)]
-    return {"step (whole, training thread)": whole[warmup:], "rt_s (end, runtime)": rts, "_begin (training thread)": begin[warmup:],
+    return {"step (whole, training thread)": whole[warmup:], "rt_s (end, runtime)": rts,
+            "_begin (training thread)": begin[warmup:],
             "_end (training thread)": end[warmup:],
-            "begin + end (training thread)": both, **parts}
+            "begin + end (training thread)": both, **situ, **parts}
 
 
 def _cpu() -> str:

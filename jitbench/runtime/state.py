@@ -164,6 +164,25 @@ class Boundary:
         replaces a buffer tensor registers again.
         """
         r = self.reg
+        snap = {
+            "rng": rng if rng is not None else capture_rng_raw(),
+            "buffers": self._buffers(into),
+            "param_groups": self._hyper_params(),
+            "scheduler": self._scheduler_state(),
+            "scaler": copy_small(r.scaler.state_dict()) if r.scaler is not None else None,
+            "data": LAZY if r.data_state else {},  # data_state(step) when assembled
+            "extra": copy_small(r.extra_state()) if r.extra_state else {},
+            "step": step,
+        }
+        self.device_events.mark()  # CUDA: the work queued so far is this boundary's state
+        return snap
+
+    # The parts of take(), methods so that benchmarks/runtime_step_cost.py can time
+    # each where it runs (at the step end, after the step's work), not only again
+    # right after it, when the caches hold their code and data.
+    def _buffers(self, into: dict | None) -> dict:
+        """The model's buffers: copied in place into ``into``'s (one
+        ``torch._foreach_copy_``) when the buffer list is unchanged, else cloned."""
         live = self._live_buffers
         if into is not None and live is not None and len(into["buffers"]) == len(live):
             buffers = into["buffers"]
@@ -174,28 +193,23 @@ class Boundary:
                 except (AttributeError, RuntimeError):  # no foreach kernel: one copy each
                     for d, b in zip(dst, src, strict=True):
                         d.copy_(b)
-        else:
-            m = r.model
-            self._live_buffers = [(n, b.detach()) for n, b in m.named_buffers()] if m else []
-            buffers = {n: b.clone() for n, b in self._live_buffers}
-        groups = None
-        if r.optimizer is not None:
-            groups = [{k: v if type(v) in _ATOMS else copy_small(v)
-                       for k, v in g.items() if k != "params"}
-                      for g in r.optimizer.param_groups]
-        snap = {
-            "rng": rng if rng is not None else capture_rng_raw(),
-            "buffers": buffers,
-            "param_groups": groups,
-            "scheduler": (copy_small(r.scheduler.state_dict())
-                          if r.scheduler is not None else None),
-            "scaler": copy_small(r.scaler.state_dict()) if r.scaler is not None else None,
-            "data": LAZY if r.data_state else {},  # data_state(step) when assembled
-            "extra": copy_small(r.extra_state()) if r.extra_state else {},
-            "step": step,
-        }
-        self.device_events.mark()  # CUDA: the work queued so far is this boundary's state
-        return snap
+            return buffers
+        m = self.reg.model
+        self._live_buffers = [(n, b.detach()) for n, b in m.named_buffers()] if m else []
+        return {n: b.clone() for n, b in self._live_buffers}
+
+    def _hyper_params(self) -> list[dict] | None:
+        """The optimizer's param groups without ``params`` (copies), None without one."""
+        if self.reg.optimizer is None:
+            return None
+        return [{k: v if type(v) in _ATOMS else copy_small(v)
+                 for k, v in g.items() if k != "params"}
+                for g in self.reg.optimizer.param_groups]
+
+    def _scheduler_state(self) -> dict | None:
+        """A copy of the LR scheduler's ``state_dict``, None without one."""
+        sched = self.reg.scheduler
+        return copy_small(sched.state_dict()) if sched is not None else None
 
     def refresh(self, step: int) -> None:
         """Bring :attr:`snapshot` to the boundary after ``step``, buffers copied in place."""
