@@ -7,11 +7,12 @@ import json
 import random
 
 import numpy as np
+import pytest
 import torch
 
 from jitbench.runtime.events import EventLog, read_events
 from jitbench.runtime.rng import capture_rng, capture_rng_raw, restore_rng, rng_state
-from jitbench.runtime.state import copy_small
+from jitbench.runtime.state import Boundary, Registered, copy_small
 
 
 def _lines(path) -> list[dict]:
@@ -109,3 +110,28 @@ def test_python_capture_sees_every_move_of_the_stream():
     x = random.random()
     restore_rng(full)
     assert capture_rng_raw()[0] == random.getstate() and random.random() == x
+
+
+def test_copy_small_fast_paths_still_copy_what_is_mutable():
+    """Lists of scalars are copied (C-level ``list.copy``), tuples of scalars shared,
+    and a tuple that holds a tensor is rebuilt around a clone."""
+    lrs, t = [0.1, 0.2], torch.ones(1)
+    out = copy_small({"lrs": lrs, "betas": (t, 0.99)})
+    lrs.append(0.3)
+    t.add_(1)
+    assert out["lrs"] == [0.1, 0.2] and out["betas"][0].item() == 1.0
+
+
+def test_hyper_parameters_exclude_params_and_copy_a_tensor_lr():
+    """The boundary's param groups: every key but ``params``, a tensor learning rate
+    (as ``capturable`` optimizers take) cloned, a change after the boundary unseen."""
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=torch.tensor(0.01), betas=(0.9, 0.95))
+    b = Boundary()
+    b.register(Registered(model=model, optimizer=opt), 0)
+    g = b.snapshot["param_groups"][0]
+    assert "params" not in g and g["betas"] == (0.9, 0.95) and g["weight_decay"] == 0.01
+    opt.param_groups[0]["lr"].fill_(0.5)
+    opt.param_groups[0]["weight_decay"] = 0.0
+    assert g["lr"].item() == pytest.approx(0.01) and g["weight_decay"] == 0.01
+    assert set(g) == set(opt.param_groups[0]) - {"params"}
