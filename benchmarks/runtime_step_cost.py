@@ -38,8 +38,9 @@ to end of the ``with rt.step()`` block, for scale.
 optimizer moments there; the runtime then also records one CUDA event per
 boundary, :mod:`jitbench.runtime.device_copy`): the host-side cost on the
 training thread, with the step's compute on the GPU instead of on the core that
-runs the runtime's Python (on a CPU build the step's kernels evict the
-interpreter's caches, see ``benchmarks/runtime-step-cost.txt``).
+runs the runtime's Python (on a CPU build the first Python work after a step
+runs about 3x slower than the same work right after, from cold caches, with the
+tiny GPT as with the default: ``benchmarks/runtime-step-cost.txt``, run 2).
 ``tests/gpu/device_checks.sh`` runs it on a lent GPU machine.
 
 The header names the machine (CPU, ``nproc``, load average before and after;

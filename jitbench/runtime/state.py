@@ -161,8 +161,10 @@ class Boundary:
         unless ``rng`` (a checkpoint's) is given. ``into``: the previous
         snapshot, whose buffer tensors are overwritten in place with one
         ``torch._foreach_copy_`` (the per-step hot path of strategies with
-        ``snapshot_each_step``: about 20 µs per step for the default GPT on a
-        Xeon core, ``benchmarks/runtime-step-cost.txt``). The small values are
+        ``snapshot_each_step``: about 20-30 µs per step for the default GPT on
+        one core of the development VM when timed again right after a step, about
+        100 µs in the step end, where it runs from cold caches:
+        ``benchmarks/runtime-step-cost.txt``). The small values are
         copied with :func:`copy_small`. The buffer list is cached by a call without ``into``:
         buffers must be updated in place, as BatchNorm's are; a script that
         replaces a buffer tensor registers again.
