@@ -116,6 +116,9 @@ def overhead(
         except RuntimeError as exc:
             console.line(f"error: {exc}")
             raise typer.Exit(int(ExitStatus.RUN_FAILED)) from None
+        except KeyboardInterrupt:
+            console.line(f"interrupted; records kept in {out_dir}")
+            raise typer.Exit(int(ExitStatus.INTERRUPTED)) from None
     if as_json:
         print(json.dumps(res.summary))
         return

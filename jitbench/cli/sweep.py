@@ -185,7 +185,11 @@ def sweep(
                   + ("[green]ok[/green]" if ok else "[red]VIOLATION[/red]")
                   + f"  [{time.monotonic() - t0:.0f} s]")
 
-    res = run_sweep(cfg, out_dir, resume=resume, overwrite=overwrite, on_run=on_run)
+    try:
+        res = run_sweep(cfg, out_dir, resume=resume, overwrite=overwrite, on_run=on_run)
+    except KeyboardInterrupt:
+        console.line(f"interrupted; records kept in {out_dir} (--resume runs the rest)")
+        raise typer.Exit(int(ExitStatus.INTERRUPTED)) from None
     t = res.table
     if not as_json:
         console.out().print(results_table(t))

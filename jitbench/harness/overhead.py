@@ -570,6 +570,8 @@ def run_overhead(base: RunSpec | ScriptSpec, cfg: OverheadConfig, out_dir: Path,
     Raises:
         SpecError: invalid plan or spec, or a non-empty ``out_dir`` without ``overwrite``.
         RuntimeError: the launch did not complete.
+        KeyboardInterrupt: Ctrl-C or SIGTERM stopped a launch (its records are kept in
+            ``out_dir``; the CLI exits 130).
     """
     import json
 
@@ -585,7 +587,9 @@ def run_overhead(base: RunSpec | ScriptSpec, cfg: OverheadConfig, out_dir: Path,
         spec = overhead_spec(base, cfg)
         run_dir = out_dir / "run"
         res = execute(spec, run_dir, progress, timeout_s)
-        if res.returncode != 0 or res.interrupted:
+        if res.interrupted:  # Ctrl-C / SIGTERM: the launch is stopped, its records kept
+            raise KeyboardInterrupt
+        if res.returncode != 0:
             raise RuntimeError(f"the overhead run did not complete (agent exit "
                                f"{res.returncode}); see {run_dir / 'agent.log'}")
         segs = segment_times(run_dir, spec, cfg.segment_length() - cfg.segment_steps, per_step)
@@ -603,7 +607,9 @@ def run_overhead(base: RunSpec | ScriptSpec, cfg: OverheadConfig, out_dir: Path,
                 spec = launch_spec(base, cfg, strategy)
                 res = execute(spec, d, progress, timeout_s)
             wall_s += res.wall_s
-            if res.returncode != 0 or res.interrupted:
+            if res.interrupted:
+                raise KeyboardInterrupt
+            if res.returncode != 0:
                 raise RuntimeError(f"the overhead launch of {strategy} (repeat {rep}) did not "
                                    f"complete (agent exit {res.returncode}); see "
                                    f"{d / 'agent.log'}")

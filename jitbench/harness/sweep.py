@@ -281,13 +281,17 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
     Args:
         cfg: the matrix (validated here).
         sweep_dir: an absent or empty directory (or one to resume).
-        resume: keep runs that already have a ``summary.json`` (a sweep that was
-            interrupted continues where it stopped).
+        resume: keep runs that already have a ``summary.json`` of a run that was not
+            interrupted (a sweep that was interrupted continues where it stopped,
+            with the run it stopped in).
         overwrite: replace a non-empty ``sweep_dir``.
         on_run: called after every run (and reference) with its record row.
 
     Raises:
         SpecError: invalid matrix, or a non-empty directory without resume/overwrite.
+        KeyboardInterrupt: Ctrl-C or SIGTERM stopped a run or reference: the sweep
+            stops there (the stopped run's directory and summary are kept, marked
+            ``interrupted``; ``resume`` runs it again).
     """
     import pandas as pd
 
@@ -320,9 +324,11 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
         if (w, seed, trainer) not in refs:
             ref_dir = sweep_dir / "refs" / (f"{_slug(w)}-s{seed}" if trainer != "torchft"
                                             else f"{w}-s{seed}-{trainer}")
-            if not (resume and (ref_dir / "summary.json").exists()):
+            if not (resume and _finished(ref_dir)):
                 out = launch(cfg.spec(w, trainer, None, seed), ref_dir, reference=False,
                              overwrite=True, timeout_s=cfg.timeout_s)
+                if out.summary.get("interrupted"):
+                    raise KeyboardInterrupt
                 if on_run:
                     on_run({**record_row(out.summary), "reference": True})
             if w in scripts:
@@ -331,7 +337,7 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
         spec = cfg.spec(w, s, f, seed)
         d = cell_dir(sweep_dir, w, s, f, seed, rep)
         t_run = time.monotonic()
-        if resume and (d / "summary.json").exists():
+        if resume and _finished(d):
             summary = json.loads((d / "summary.json").read_text())
             run_wall = summary.get("run_wall_s")
         else:
@@ -340,6 +346,8 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
             run_wall = time.monotonic() - t_run
             summary["run_wall_s"] = run_wall
             (d / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+            if summary.get("interrupted"):  # no row: the run is redone by --resume
+                raise KeyboardInterrupt
         row = record_row(summary)
         row.update({"fault": f, "repeat": rep, "spec_hash": spec_hash(spec),
                     "spec_json": json.dumps(asdict(spec), sort_keys=True),
@@ -359,6 +367,15 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
          "machine": machine_fingerprint(),
          "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2))
     return SweepResult(table, sweep_dir, wall_s)
+
+
+def _finished(run_dir: Path) -> bool:
+    """``run_dir`` holds the summary of a run that was not interrupted (``--resume``
+    keeps it); an unreadable summary counts as not finished."""
+    try:
+        return not json.loads((run_dir / "summary.json").read_text()).get("interrupted")
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _check_script_reference(label: str, ref_dir: Path) -> None:

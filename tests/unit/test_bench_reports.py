@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from jitbench.errors import ExitStatus
 from jitbench.harness.overhead import OverheadConfig, summarize
 from jitbench.harness.spec import SpecError
 from jitbench.reports import gate as g
@@ -417,3 +418,20 @@ def test_final_step_of_a_resumed_finished_training(tmp_path):
                                             ("done", "point", 2.0 + r, {"step": 12})])
     m = compute(tmp_path, 12, 2)
     assert m.completed and m.final_step == 12
+
+
+@pytest.mark.parametrize("strategies", ["jit", "torchft"])  # one launch; launches
+def test_an_interrupted_overhead_run_exits_130_not_3(jb, tmp_path, monkeypatch, strategies):
+    """Ctrl-C or SIGTERM during ``jitbench overhead`` (the launch returns interrupted)
+    ends it as interrupted (exit 130), not as a launch that failed (exit 3)."""
+    from jitbench.harness import run as run_mod
+    from jitbench.harness.launch import LaunchResult
+
+    def stopped(spec, run_dir, progress=None, timeout_s=None):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return LaunchResult(1, 0.5, interrupted=True)
+
+    monkeypatch.setattr(run_mod, "execute", stopped)
+    code, err = jb("overhead", "--strategies", strategies, "--out", str(tmp_path / "ov"))
+    assert code == ExitStatus.INTERRUPTED, err
+    assert "interrupted" in err and "did not complete" not in err

@@ -188,3 +188,58 @@ def test_report_names_the_scripts_and_counts_only_promises(tmp_path):
     assert "script:ddp_tutorial.py: <code>python" in page
     assert '<div class="v ok">2/2</div><div class="k">replay invariant' in page
     assert "script:ddp_tutorial.py · kill at 2 ranks: " in text  # its own comparison line
+
+
+def test_an_interrupted_run_stops_the_sweep_and_resume_runs_it_again(jb, tmp_path, monkeypatch):
+    """Ctrl-C or SIGTERM in a cell (the harness returns its summary marked
+    ``interrupted``) stops the sweep at once with KeyboardInterrupt (exit 130), gives
+    the row to no one, keeps the summary, and ``resume`` runs that cell again, not
+    the finished ones; an interrupted reference is also run again."""
+    from jitbench.harness import run as run_mod
+
+    launched: list[str] = []
+    stop = {"at": "kill"}
+
+    class Out:
+        def __init__(self, summary):
+            self.summary = summary
+
+    def fake_run(spec, run_dir, reference=True, reference_from=None, overwrite=False,
+                 timeout_s=None):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fault = spec.faults[0].kind if spec.faults else "reference"
+        launched.append(fault)
+        s = {"faults": [], "completed": True, "state_equal": True, "strategy": spec.strategy,
+             "workload": spec.workload.name, "seed": 0,
+             "interrupted": fault == stop["at"]}
+        (run_dir / "summary.json").write_text(json.dumps(s))
+        return Out(s)
+
+    monkeypatch.setattr(run_mod, "run", fake_run)
+    cfg = SweepConfig(workloads=["gpt"], strategies=["jit"], faults=["nccl-hang", "kill", "term"],
+                      steps=4, fault_step=2)
+    rows: list[dict] = []
+    out = tmp_path / "sw"
+    with pytest.raises(KeyboardInterrupt):
+        sweep_mod.run_sweep(cfg, out, on_run=rows.append)
+    assert launched == ["reference", "nccl-hang", "kill"]  # term never started
+    assert [r.get("fault") for r in rows if not r.get("reference")] == ["nccl-hang"]
+    killed = cell_dir(out, "gpt", "jit", "kill", 0, 0) / "summary.json"
+    assert json.loads(killed.read_text())["interrupted"] is True  # the record is kept
+    stop["at"] = None
+    launched.clear()
+    res = sweep_mod.run_sweep(cfg, out, resume=True)
+    assert launched == ["kill", "term"]  # the finished reference and cell are kept
+    assert list(res.table["fault"]) == ["nccl-hang", "kill", "term"]
+    ref = next((out / "refs").iterdir()) / "summary.json"
+    ref.write_text(json.dumps({**json.loads(ref.read_text()), "interrupted": True}))
+    launched.clear()
+    sweep_mod.run_sweep(cfg, out, resume=True)
+    assert launched == ["reference"]
+    stop["at"] = "kill"  # the command: one line, exit 130
+    code, err = jb("sweep", "--workloads", "gpt", "--strategies", "jit", "--faults", "kill",
+                   "--steps", "4", "--fault-step", "2", "--out", str(tmp_path / "cli"))
+    assert code == ExitStatus.INTERRUPTED
+    assert err.strip().splitlines()[-1].startswith(
+        f"interrupted; records kept in {tmp_path / 'cli'}")
+    assert "VIOLATION" not in err  # the interrupted cell is no row
