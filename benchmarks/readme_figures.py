@@ -19,7 +19,8 @@ typed in the README.
     nox -s figures                                 # measure, then rewrite
 
 Exit status: 0 up to date (or rewritten); 1 ``--check`` found stale blocks; 2 a
-benchmark file or a marker is missing or unreadable (one line, no traceback).
+benchmark file or a marker is missing or unreadable, or the README cannot be
+written (one line, no traceback).
 """
 
 from __future__ import annotations
@@ -475,7 +476,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"readme_figures: {exc}", file=sys.stderr)
         return 2
     if new != text:
-        args.readme.write_text(new)
+        try:
+            args.readme.write_text(new)
+        except OSError as exc:
+            print(f"readme_figures: cannot write {args.readme}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return 2
         print(f"rewrote {_rel(args.readme)}")
     return 0
 

@@ -62,6 +62,31 @@ def chunks(record: Path) -> list[tuple[int, int, int]]:
             for m in map(CHUNK.match, record.read_text().splitlines()) if m]
 
 
+def _rows(log: Path, need: dict[str, type | tuple[type, ...]]) -> list[dict]:
+    """The campaigns of a stress log, one JSON object per line, each with the keys of
+    ``need`` holding values of their types.
+
+    Raises:
+        OSError: the log cannot be read.
+        ValueError: it holds no campaign, or a line is not a campaign (file and line named).
+    """
+    rows = []
+    for n, text in enumerate(log.read_text().splitlines(), 1):
+        if not text.strip():
+            continue
+        try:
+            r = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"{log}:{n}: not JSON ({exc})") from None
+        if not isinstance(r, dict) or not all(isinstance(r.get(k), t) for k, t in need.items()):
+            raise ValueError(f"{log}:{n}: not a campaign of the stress test (needs "
+                             f"{', '.join(need)})")
+        rows.append(r)
+    if not rows:
+        raise ValueError(f"{log} holds no campaign")
+    return rows
+
+
 def append(log: Path, record: Path, seed: str, note: str = "", commit: str | None = None) -> str:
     """Append the campaigns of ``log`` (JSON lines of the stress test) to ``record`` as
     the next chunk, run at ``commit`` (default: the checkout's HEAD); returns its
@@ -71,9 +96,7 @@ def append(log: Path, record: Path, seed: str, note: str = "", commit: str | Non
         OSError: ``log`` or ``record`` cannot be read or written.
         ValueError: ``log`` holds no campaign.
     """
-    rows = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
-    if not rows:
-        raise ValueError(f"{log} holds no campaign")
+    rows = _rows(log, {"campaign": str, "violations": list, "wall_s": (int, float)})
     bad = sum(1 for r in rows if r["violations"])
     n = max((c for c, _, _ in chunks(record)), default=0) + 1 if record.exists() else 1
     strategies = Counter(r["campaign"].split(": ")[0] for r in rows)
@@ -121,9 +144,7 @@ def recheck(log: Path, record: Path, chunk: int | None, note: str = "",
     except ImportError as exc:
         raise OSError(f"recheck needs jitbench installed (pip install -e .): {exc}") from exc
 
-    rows = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
-    if not rows:
-        raise ValueError(f"{log} holds no campaign")
+    rows = _rows(log, {"campaign": str, "violations": list, "run_dir": str})
     if chunk is not None:
         sizes = {c: n for c, n, _ in chunks(record)}
         if chunk not in sizes:

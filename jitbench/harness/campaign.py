@@ -394,10 +394,34 @@ def recheck(run_dir: str | Path) -> tuple[list[str], str | None]:
     res = LaunchResult(int(then["agent_exit"]), float(then["wall_s"]),
                        interrupted=bool(then.get("interrupted")),
                        timed_out=bool(then.get("timed_out")))
-    ref_dir = then.get("reference_dir")
+    ref_dir = _reference_dir(run_dir, then)
     ref = (LaunchResult(0, float(then.get("reference_wall_s") or 0.0))
            if ref_dir else None)
-    summary = summarize(spec, run_dir, res, ref, Path(ref_dir) if ref_dir else None)
+    summary = summarize(spec, run_dir, res, ref, ref_dir)
     summary["timed_out"] = res.timed_out
     return (check(summary, spec, run_dir, ref_dir or run_dir / "reference",
                   run_bound_s(len(spec.faults))), then.get("code_version"))
+
+
+def _reference_dir(run_dir: Path, then: dict) -> Path | None:
+    """The reference directory a run's ``summary.json`` (``then``) names, found from
+    here: a relative one inside the run's own directory is taken from ``run_dir``
+    (the run may have been started elsewhere, or moved); None when it names none.
+
+    Raises:
+        OSError: the directory is not there (or, relative and outside the run's
+            directory, not found from the current directory).
+    """
+    named = then.get("reference_dir")
+    if not named:
+        return None
+    ref = Path(named)
+    if not ref.is_absolute():
+        try:
+            ref = run_dir / ref.relative_to(Path(then.get("run_dir") or "."))
+        except ValueError:  # elsewhere, relative to where the run was started
+            pass
+    if not ref.is_dir():
+        raise OSError(f"{run_dir}: its reference directory {named} is not found from here "
+                      f"(looked in {ref})")
+    return ref

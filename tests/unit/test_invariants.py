@@ -239,3 +239,24 @@ def test_in_process_milestones_without_a_step_before_the_next_fault(next_fault, 
            {"event": "fault", "attempt": 0, "gen": 1, "step": next_fault}]
     order = IN[:2] + ["save"] + IN[2:-1] + IN
     assert campaign.milestones_ok(order, "jit-inprocess", evs) is ok
+
+
+def test_recheck_finds_a_relative_reference_inside_the_run_wherever_it_now_is(tmp_path):
+    """A run started elsewhere (``runs/x``, its reference ``runs/x/reference``) and
+    checked again from here finds the reference inside its own directory; an absolute
+    one is used as it is; one that is not there is an OSError naming it, never a
+    comparison against nothing (a violation that is not there)."""
+    from jitbench.harness.campaign import _reference_dir
+
+    run = tmp_path / "moved" / "x"
+    (run / "reference").mkdir(parents=True)
+    then = {"run_dir": "runs/x", "reference_dir": "runs/x/reference"}
+    assert _reference_dir(run, then) == run / "reference"
+    assert _reference_dir(run, {**then, "reference_dir": str(run / "reference")}) \
+        == run / "reference"
+    assert _reference_dir(run, {"run_dir": "runs/x"}) is None
+    with pytest.raises(OSError, match="refs/r0 is not found"):
+        _reference_dir(run, {**then, "reference_dir": "refs/r0"})
+    (run / "reference").rmdir()
+    with pytest.raises(OSError, match="runs/x/reference is not found"):
+        _reference_dir(run, then)

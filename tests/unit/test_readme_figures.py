@@ -187,3 +187,27 @@ def test_stress_chunks_recheck_appends_the_verdicts_of_now(tmp_path, monkeypatch
                                str(record)]) == 2  # 1 campaign, chunk 1 has 2
     assert record.read_text() == before
     assert "holds 1 campaigns, chunk 1 2" in capsys.readouterr().err
+    for bad in ("1", "[1, 2]", '{"campaign": "x", "violations": [], "run_dir": null}', "garbage"):
+        log.write_text(bad + "\n")  # one line naming the file and line, exit 2
+        assert stress_chunks.main(["recheck", str(log), "--record", str(record)]) == 2
+        assert f"{log}:1: not" in capsys.readouterr().err
+        assert stress_chunks.main(["append", str(log), "--seed", "1", "--record",
+                                   str(record)]) == 2
+        assert f"{log}:1: not" in capsys.readouterr().err
+    assert record.read_text() == before
+
+
+def test_a_readme_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    """A stale README whose rewrite fails (read-only file system, immutable file): one
+    line naming it and the OS error, exit 2 (1 means --check found stale blocks)."""
+    readme = tmp_path / "README.md"
+    text = (ROOT / "README.md").read_text()
+    readme.write_text(text.replace("| jit | kill |", "| jit | kill | 9", 1))
+
+    def refuse(self, *a, **kw):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(Path, "write_text", refuse)
+    assert figs.main(["--readme", str(readme)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write {readme}: Operation not permitted" in err and "Traceback" not in err
