@@ -321,6 +321,7 @@ class ScriptHooks:
             faults = hooks.faults
             if hooks._collective_step != step:  # the first bucket of this step
                 hooks._collective_step = step
+                hooks.rt.enter_collective(step)
                 if faults is not None:
                     faults.injector.at("collective", step, numel=bucket.buffer().numel(),
                                        op="all_reduce")

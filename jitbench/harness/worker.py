@@ -143,6 +143,7 @@ class _Job:
             step = injector.step
             if first_bucket["step"] != step:  # first bucket of this step's all-reduce
                 first_bucket["step"] = step
+                rt.enter_collective(step)
                 injector.at("collective", step, numel=bucket.buffer().numel(), op=op,
                             grads=bucket.buffer())
                 rt.mark_collective(step)
@@ -183,6 +184,7 @@ class _Job:
                 model.set_requires_gradient_sync(last)
                 loss = wl.loss(model, batch) / accum
                 if last:
+                    self.rt.enter_collective(step)
                     injector.at("collective", step, op="reduce_scatter")
                     self.rt.mark_collective(step)
                 (scaler.scale(loss) if scaler is not None else loss).backward()

@@ -174,6 +174,7 @@ class Runtime:
         self._completed = 0
         self._redo: int | None = None  # a step recovered in process, to be re-executed
         self._posted = 0  # the last step whose gradient collective this rank posted
+        self._entered = 0  # the last step whose gradient collective this rank reached
         self._recoveries = 0  # in-process recoveries so far
         self.failure_info: dict = {}
         """The failure being handled: ``trigger`` and what :meth:`fail` was told (``error``)."""
@@ -384,6 +385,7 @@ class Runtime:
         # cpu_s: this process's CPU time (s), for CPU-time overheads (jitbench overhead)
         self.events.emit("step", "begin", step=step, cpu_s=time.process_time())
         self._step = step
+        self._entered = min(self._entered, self._posted)  # nothing reached in this step yet
         self._phase_since = time.monotonic()
         self._phase = "compute"
 
@@ -420,6 +422,22 @@ class Runtime:
         self.events.emit("step", "end", step=step, dur_s=dur, rt_s=time.monotonic() - t_end,
                          **info)
         self.strategy.at_boundary(self, step)
+
+    def enter_collective(self, step: int) -> None:
+        """Record that this rank reached the gradient collective of ``step`` (call it
+        from the communication hook first, before anything there may block it; a few
+        hundred ns). Reached but not posted (:meth:`mark_collective`) means blocked in
+        its own code before the collective, not waiting for a peer:
+        :attr:`stuck_before_collective`."""
+        self._entered = step
+
+    @property
+    def stuck_before_collective(self) -> bool:
+        """This rank reached a gradient collective it has not posted: it is blocked in
+        its own code (a hung kernel or link before the collective, I/O, the
+        communication hook), not waiting in the collective for a peer. In-process
+        recovery counts such a rank as hung even when no peer is left to say so."""
+        return self._entered > self._posted
 
     def mark_collective(self, step: int) -> None:
         """Record that this rank posts the gradient collective of ``step`` now (call it
@@ -847,6 +865,7 @@ class Runtime:
                 self._phase, self._phase_since = "boundary", time.monotonic()
                 with self._fail_lock:
                     self._recoveries += 1
+                    self._entered = min(self._entered, self._posted)  # the step is redone
                     self._failing = False
                     self._leaving.clear()
             else:

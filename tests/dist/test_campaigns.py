@@ -164,3 +164,22 @@ def test_issue14_a_leaving_rank_holds_the_next_steps_fault(tmp_path, shared_refe
     fired = sorted(e["fault_id"] for e in evs if e["event"] == "fault")
     assert fired == sorted(f.id for f in c.apply(base).faults), json.dumps(r, indent=1)
     assert not r["violations"] and r["attempts"] == 4, json.dumps(r, indent=1)
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(900)
+def test_stress_chunk14_the_last_member_hung_before_its_collective(tmp_path, shared_reference):
+    """Stress chunk 14, campaign 86 (``benchmarks/stress-cpu.txt``), replayed: under
+    inmem:3 rank 1 fails at step 5 (a spare replaces it in process), rank 0 is
+    SIGTERMed at step 6, and the new rank 1 hangs before posting step 7's collective.
+    Its own watchdog posted the hang; with rank 0 dead, it was judged the survivor and
+    the source, its main thread never came back to re-form, and the run hit the
+    harness's timeout. A member stuck before its own collective is now hung: the job
+    falls back to a whole-job restart and completes."""
+    base = _stress_bases()[0]
+    c = campaign.Campaign([FaultSpec("exception", 1, 5), FaultSpec("term", 0, 6),
+                           FaultSpec("nccl-hang", 1, 7)], "inmem:3")
+    assert c.describe() == ("inmem:3: exception@rank1:step5, term@rank0:step6, "
+                            "nccl-hang@rank1:step7")
+    r = run_campaign(c, base, shared_reference, tmp_path)
+    assert not r["violations"], json.dumps(r, indent=1)

@@ -28,9 +28,9 @@ def _dead_pid() -> int:
     return p.pid
 
 
-def _rep(rank, step_done, posted, pid=None):
+def _rep(rank, step_done, posted, pid=None, stuck=False):
     return Report(rank=rank, pid=pid or os.getpid(), host=socket.gethostname(),
-                  step_done=step_done, posted=posted)
+                  step_done=step_done, posted=posted, stuck=stuck)
 
 
 def test_killed_rank_is_replaced_by_a_spare_without_waiting_out_the_window(store):
@@ -65,6 +65,33 @@ def test_hung_rank_is_the_one_that_did_not_post_the_collective(store):
     assert dec.hung == [1] and dec.dead == [] and dec.fallback is None
     assert m.evicted(0, 1) and not m.evicted(0, 0)
     assert dec.members[1]["spare"] == 0 and dec.source == 0 and dec.resume_step == 7
+
+
+@pytest.mark.parametrize("stuck", [True, False])
+def test_the_last_member_stuck_before_its_own_collective_is_hung_not_the_source(store, stuck):
+    """Stress chunk 14, campaign 86 (inmem:3: term@rank0:step6, nccl-hang@rank1:step7):
+    rank 0 died, then rank 1 hung before posting step 7's collective, its own watchdog
+    posted the hang and led. With no peer left to compare, rank 1 was judged the
+    survivor and the source; its main thread never came back to re-form, and the job
+    waited out the harness's timeout. A member that reached its collective and never
+    posted it is hung itself: nobody healthy is left, so the job falls back to a
+    whole-job restart. A member waiting in a collective it posted stays the source."""
+    m = Membership(store, world_size=2, report_window_s=30.0, spare_wait_s=2.0)
+    m.join(1, 0)
+    m.join(1, 1)
+    store.set("g1/member/0", f'{{"pid": {_dead_pid()}, "host": "{socket.gethostname()}"}}')
+    m.register_spare()
+    m.post_failure(1, 1, "hang", "no progress")
+    m.report(1, _rep(1, step_done=6, posted=6 if stuck else 7, stuck=stuck))
+    assert m.try_lead(1)
+    dec = m.decide(1, me=1)
+    assert dec.dead == [0]
+    if stuck:
+        assert dec.hung == [1] and dec.fallback == "no healthy replica reported"
+        assert dec.source is None and m.evicted(1, 1)
+    else:
+        assert dec.hung == [] and dec.fallback is None and dec.source == 1
+        assert dec.resume_step == 6 and dec.members[0]["spare"] == 0
 
 
 def test_survivors_one_step_apart_resume_from_the_furthest(store):

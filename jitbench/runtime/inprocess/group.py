@@ -65,6 +65,7 @@ class InProcessGroup:
         self.state_ok: Callable[[], bool] = lambda: True
         self.completed: Callable[[], int] = lambda: 0
         self.posted: Callable[[], int] = lambda: 0
+        self.stuck: Callable[[], bool] = lambda: False
 
     def client(self) -> Any:
         """A new client of the membership store (one connection: one per thread).
@@ -155,7 +156,7 @@ class InProcessGroup:
         self._reported.add(gen)
         m.report(gen, Report(rank=self.rank, pid=os.getpid(), host=_host(),
                              step_done=self.completed() if self.state_ok() else -1,
-                             posted=self.posted()))
+                             posted=self.posted(), stuck=self.stuck()))
 
     def check(self) -> dict | None:
         """Watchdog check: report when a peer posted a failure; leave when evicted."""

@@ -23,7 +23,9 @@ Protocol (one failure, generation ``g`` to ``g+1``):
    reported or ``report_window_s`` has passed (a missing member on this host
    whose pid is gone is counted dead at once). It then classifies each rank:
    *dead* (no report), *hung* (on a hang, or a collective that timed out: it
-   posted an older collective than the others; it is evicted, ``g<g>/evict/<rank>``, and its own watchdog ends
+   posted an older collective than the others, or it reached its collective and
+   never posted it, :attr:`Report.stuck`, which names a hung rank even when its
+   peers are dead and no survivor is left to compare; it is evicted, ``g<g>/evict/<rank>``, and its own watchdog ends
    the process so its peers' blocked collectives return) or *survivor*. Each
    dead or hung rank is given a spare from the pool (waiting up to
    ``spare_wait_s`` for one to register: a hot spare started in advance, or
@@ -80,6 +82,9 @@ class Report:
     state (it failed inside its optimizer step, or is a newcomer whose transfer broke)."""
     posted: int
     """The last step whose gradient collective this rank posted (0: none yet)."""
+    stuck: bool = False
+    """It reached a gradient collective it has not posted: blocked in its own code, not
+    waiting for a peer (:attr:`jitbench.runtime.core.Runtime.stuck_before_collective`)."""
     t_wall: float = field(default_factory=time.time)
 
 
@@ -281,8 +286,10 @@ class Membership:
         dead = sorted(missing)
         hung: list[int] = []
         if reps and trigger in ("hang", "timeout"):
+            # hung: behind the others' collective, or stuck before its own (which also
+            # names the only member left, whose peers are dead: stress chunk 14)
             top = max(rep.posted for rep in reps.values())
-            hung = sorted(r for r, rep in reps.items() if rep.posted < top)
+            hung = sorted(r for r, rep in reps.items() if rep.posted < top or rep.stuck)
         survivors = {r: rep for r, rep in reps.items() if r not in hung}
         holders = {r: rep for r, rep in survivors.items() if rep.step_done >= 0}
         fallback = None

@@ -102,14 +102,15 @@ class InProcessRecovery(Strategy):
         holds the old process group (the DDP wrapper) before it is destroyed, so its
         connections close and a peer still blocked in the old collective returns;
         ``rebuild()`` wraps the model again on the new group. The group's reports
-        read :meth:`holds_state`, :meth:`held_step` and ``rt``'s last posted
-        collective."""
+        read :meth:`holds_state`, :meth:`held_step`, ``rt``'s last posted
+        collective and whether it is stuck before its own."""
         self.group = group
         self.rebuild = rebuild
         self.release = release
         group.state_ok = lambda: self.holds_state(rt)
         group.completed = lambda: self.held_step(rt)
         group.posted = lambda: rt.posted
+        group.stuck = lambda: rt.stuck_before_collective
 
     # ------------------------------------------------- what subclasses choose
     def holds_state(self, rt: Runtime) -> bool:
