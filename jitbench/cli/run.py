@@ -62,7 +62,9 @@ class FaultOptions:
     fault_step: Annotated[int | None, typer.Option(
         help="Step the fault fires at (default: a third of the way in).")] = None
     fault_time_s: Annotated[float | None, typer.Option(
-        help="Fire once this many seconds have passed since training started.")] = None
+        help="Fire once this many seconds have passed since training started (with "
+             "--fault-step: at the first point of that step or later once the time has "
+             "passed; without it: from step 1).")] = None
     fault_every: Annotated[int | None, typer.Option(
         help="Fire every N steps (from --fault-step, default N).")] = None
     fault_count: Annotated[int | None, typer.Option(

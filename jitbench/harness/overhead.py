@@ -189,8 +189,9 @@ class OverheadConfig:
         """Parse the strategies.
 
         Raises:
-            SpecError: unknown or ``auto`` strategy, duplicates, a segment length that
-                is not a multiple of an interval, or non-positive sizes.
+            SpecError: no strategy named, unknown or ``auto`` strategy,
+                duplicates, a segment length that is not a multiple of an interval, or
+                non-positive sizes.
         """
         if ((self.segment_steps is not None and self.segment_steps < 2)
                 or (self.repeats is not None and self.repeats < 1)
@@ -200,6 +201,9 @@ class OverheadConfig:
             raise SpecError("overhead needs --segment-steps >= 2, --repeats >= 1, "
                             "--warmup-steps >= 0, --segment-warmup >= 0, resamples >= 100")
         raw = [s.strip().lower() for s in self.strategies if s.strip()]
+        if not raw:
+            raise SpecError("--strategies is empty: name at least one (none alone measures "
+                            "only the A/A control)")
         if len(set(raw)) != len(raw):
             raise SpecError(f"duplicate strategy in {','.join(self.strategies)}")
         names = raw if "none" in raw else ["none", *raw]

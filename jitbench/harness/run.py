@@ -3,7 +3,7 @@
 Run directory layout::
 
     RUN_DIR/
-      spec.json          the run spec (reproduces the run)
+      spec.json          the run spec (every setting of the run; RunSpec.load reads it)
       agent.log          the elastic agent's and workers' output
       events/            attemptAAA_rankRRRRR.jsonl, one event per line
       ckpt/              checkpoint parts and manifests
@@ -23,6 +23,7 @@ import platform
 import re
 import socket
 import subprocess
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -105,18 +106,29 @@ def prepare_dir(run_dir: Path, overwrite: bool = False, spec: RunSpec | None = N
 def check_ckpt_dir(spec: RunSpec) -> None:
     """Refuse a ``spec.ckpt_dir`` that is not a directory of this training's checkpoints.
 
-    Never modifies the directory. An absent or empty one is fine (it is
-    created); one with committed parts must match the spec's world size and
-    :meth:`RunSpec.fingerprint` (the same workload, data, batch, steps, seed).
+    Never touches what is in the directory. An absent one is created now, as the
+    ranks would create it, and every one must take a file (one is created and
+    removed): a directory that cannot be written fails before launch, not at the
+    first save of every attempt. One with committed parts must match the spec's
+    world size and :meth:`RunSpec.fingerprint` (the same workload, data, batch,
+    steps, seed).
 
     Raises:
-        SpecError: one line naming the first mismatch.
+        SpecError: one line naming the first mismatch, or the OS error of creating
+            or writing the directory.
     """
     if spec.ckpt_dir is None:
         return
     d = Path(spec.ckpt_dir)
     if d.exists() and not d.is_dir():
         raise SpecError(f"checkpoint directory {d} is not a directory")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=d, prefix=".jitbench-probe-"):
+            pass
+    except OSError as exc:
+        raise SpecError(f"checkpoint directory {d} cannot be written: "
+                        f"{exc.strerror or exc}") from None
     try:
         parts = ckpt.list_parts(d)
     except OSError as exc:

@@ -63,6 +63,9 @@ def test_nccl_backend_is_refused_without_enough_cuda_devices(jb, tmp_path, cmd):
     (["--strategies", "periodic:2", "--", "SCRIPT"], "own (jitbench's hooks) and jit "
      "(transparent JIT), got 'periodic:2'"),
     (["--", "-m"], "-m needs a module"),
+    (["--strategies", ""], "--strategies is empty"),
+    (["--strategies", " , "], "--strategies is empty"),
+    (["--strategies", "", "--", "SCRIPT"], "--strategies is empty"),
 ])
 def test_overhead_of_a_script_bad_input(jb, tmp_path, args, needle):
     script = tmp_path / "train.py"
@@ -161,6 +164,31 @@ def test_checkpoint_directory_that_is_a_file(jb, tmp_path):
     (tmp_path / "ck").write_text("x")
     code, err = jb("run", "--ckpt-dir", str(tmp_path / "ck"), "--run-dir", str(tmp_path / "r"))
     assert code == 2 and "is not a directory" in one_line(err)
+
+
+@pytest.mark.parametrize("where, needle", [
+    ("afile/ck", "Not a directory"),  # its parent is a file
+    ("/proc/jitbench-ck", "No such file or directory"),  # a file system that takes no dir
+])
+def test_checkpoint_directory_that_cannot_be_written(jb, tmp_path, where, needle):
+    """Refused before launch with the OS error (each attempt's first save failed: a
+    failed job, exit 3, or under jit a JIT save lost and exit 4)."""
+    (tmp_path / "afile").write_text("x")
+    ck = where if where.startswith("/") else str(tmp_path / where)
+    code, err = jb("run", "--strategy", "periodic:1", "--ckpt-dir", ck,
+                   "--run-dir", str(tmp_path / "r"))
+    assert code == 2 and needle in one_line(err) and "cannot be written" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_an_absent_checkpoint_directory_is_created_and_left_empty(tmp_path):
+    """An absent --ckpt-dir passes the check (created, probed, left empty)."""
+    from jitbench.harness.run import check_ckpt_dir
+    from jitbench.harness.spec import RunSpec
+
+    d = tmp_path / "a" / "b"
+    check_ckpt_dir(RunSpec(ckpt_dir=str(d)))
+    assert d.is_dir() and list(d.iterdir()) == []
 
 
 def test_fault_injection_point_must_exist():
