@@ -358,7 +358,7 @@ _ST_CHUNK = re.compile(r"^# chunk (?P<k>\d+): (?P<n>\d+) campaigns, (?P<bad>\d+)
                        r"(?P<med>[\d.]+) s/campaign")
 
 
-_ST_RECHECK = re.compile(r"^# recheck of chunk (?P<k>\d+) at commit (?P<commit>\w+), [\d-]+: "
+_ST_RECHECK = re.compile(r"^# recheck of chunk (?P<k>\d+) at commit (?P<commit>[\w+]*), [\d-]+: "
                          r"\d+ campaigns, (?P<bad>\d+) violations")
 
 

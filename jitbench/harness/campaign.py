@@ -372,8 +372,10 @@ def recheck(run_dir: str | Path) -> tuple[list[str], str | None]:
     ``summary.json``); how the agent ended (exit status, wall time, interruption,
     time-out) is taken from that ``summary.json``, since it cannot be observed
     again. The ``orphans`` and ``ports`` invariants are of the present: they find
-    nothing once the run is gone, so their verdict at run time is not revisited.
-    Writes ``phases.parquet`` of ``run_dir`` again (as the run did); nothing else.
+    nothing once the run is gone, so a caller keeps their run-time verdict
+    (``benchmarks/stress_chunks.py recheck`` does). Writes ``phases.parquet`` of
+    ``run_dir`` again (as the run did, and of the reference's when it has none);
+    nothing else.
 
     Returns:
         ``(violations, code_version)``: the lines of :func:`check` (empty: every

@@ -586,6 +586,8 @@ def run_overhead(base: RunSpec | ScriptSpec, cfg: OverheadConfig, out_dir: Path,
     cfg.validate()
     prepare_dir(out_dir, overwrite, flag="--out", what="overhead directory",
                 marker="overhead.json")
+    # the marker first: an interrupted run's directory is replaced by --overwrite too
+    (out_dir / "overhead.json").write_text(json.dumps({"complete": False}))
     per_step: list[dict] = []
     if cfg.mode == "segments":
         spec = overhead_spec(base, cfg)
@@ -640,6 +642,6 @@ def run_overhead(base: RunSpec | ScriptSpec, cfg: OverheadConfig, out_dir: Path,
     pd.DataFrame(summ).to_csv(out_dir / "overhead.csv", index=False)
     pd.DataFrame(segs).to_csv(out_dir / "overhead_segments.csv", index=False)
     pd.DataFrame(per_step).to_csv(out_dir / "overhead_steps.csv", index=False)
-    (out_dir / "overhead.json").write_text(json.dumps({**meta, "summary": summ,
-                                                       "segments": segs}, indent=2))
+    (out_dir / "overhead.json").write_text(json.dumps(
+        {**meta, "complete": True, "summary": summ, "segments": segs}, indent=2))
     return OverheadResult(summ, segs, run_dir, meta)

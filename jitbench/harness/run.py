@@ -106,29 +106,34 @@ def prepare_dir(run_dir: Path, overwrite: bool = False, spec: RunSpec | None = N
 def check_ckpt_dir(spec: RunSpec) -> None:
     """Refuse a ``spec.ckpt_dir`` that is not a directory of this training's checkpoints.
 
-    Never touches what is in the directory. An absent one is created now, as the
-    ranks would create it, and every one must take a file (one is created and
-    removed): a directory that cannot be written fails before launch, not at the
-    first save of every attempt. One with committed parts must match the spec's
-    world size and :meth:`RunSpec.fingerprint` (the same workload, data, batch,
-    steps, seed).
+    Never modifies the directory. An absent one must be one the ranks can create:
+    its nearest existing parent must take a new directory (one is made there and
+    removed), so a path under a file or on a file system that takes none fails
+    before launch, not at the first save of every attempt. An existing one is not
+    probed (a read-only one may only be resumed from). One with committed parts
+    must match the spec's world size and :meth:`RunSpec.fingerprint` (the same
+    workload, data, batch, steps, seed).
 
     Raises:
-        SpecError: one line naming the first mismatch, or the OS error of creating
-            or writing the directory.
+        SpecError: one line naming the first mismatch, or the OS error of making a
+            directory where the absent one would be.
     """
     if spec.ckpt_dir is None:
         return
     d = Path(spec.ckpt_dir)
     if d.exists() and not d.is_dir():
         raise SpecError(f"checkpoint directory {d} is not a directory")
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=d, prefix=".jitbench-probe-"):
-            pass
-    except OSError as exc:
-        raise SpecError(f"checkpoint directory {d} cannot be written: "
-                        f"{exc.strerror or exc}") from None
+    if not d.exists():
+        parent = d.absolute().parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        try:
+            if not parent.is_dir():
+                raise NotADirectoryError(20, "Not a directory")
+            os.rmdir(tempfile.mkdtemp(dir=parent, prefix=".jitbench-probe-"))
+        except OSError as exc:
+            raise SpecError(f"checkpoint directory {d} cannot be created: "
+                            f"{exc.strerror or exc}") from None
     try:
         parts = ckpt.list_parts(d)
     except OSError as exc:

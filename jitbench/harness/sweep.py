@@ -310,6 +310,12 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
         prepare_dir(sweep_dir, overwrite, flag="--out", what="sweep directory",
                     marker="sweep.json")
     sweep_dir.mkdir(parents=True, exist_ok=True)
+    if not (sweep_dir / "sweep.json").exists():
+        # the marker first: an interrupted sweep's directory is a sweep directory too
+        # (--resume continues it, --overwrite replaces it); rewritten at the end
+        (sweep_dir / "sweep.json").write_text(json.dumps(
+            {"results_version": RESULTS_VERSION, "config": asdict(cfg), "complete": False,
+             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2))
     t0 = time.monotonic()
     rows: list[dict] = []
     refs: dict[tuple[str, int, str], Path] = {}
@@ -360,7 +366,7 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
     table.to_parquet(sweep_dir / "results.parquet", index=False)
     table.to_csv(sweep_dir / "results.csv", index=False)
     (sweep_dir / "sweep.json").write_text(json.dumps(
-        {"results_version": RESULTS_VERSION, "config": asdict(cfg),
+        {"results_version": RESULTS_VERSION, "config": asdict(cfg), "complete": True,
          "scripts": [{"workload": label, "script": sc.path, "args": sc.args}
                      for label, sc in scripts.items()], "wall_s": wall_s,
          "runs": len(rows), "references": len(refs), "code_version": code_version(),

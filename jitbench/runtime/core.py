@@ -326,6 +326,8 @@ class Runtime:
                 self._save_done.set()
                 self._end_process(code)
                 return
+            # the adopted boundary: no collective of the new generation reached yet
+            self._posted = self._entered = self._completed
             step = self._completed + 1
 
     @contextmanager
@@ -385,7 +387,9 @@ class Runtime:
         # cpu_s: this process's CPU time (s), for CPU-time overheads (jitbench overhead)
         self.events.emit("step", "begin", step=step, cpu_s=time.process_time())
         self._step = step
-        self._entered = min(self._entered, self._posted)  # nothing reached in this step yet
+        # nothing of this step reached or posted yet (a rollback redoes older steps)
+        self._posted = min(self._posted, step - 1)
+        self._entered = self._posted
         self._phase_since = time.monotonic()
         self._phase = "compute"
 
@@ -753,6 +757,7 @@ class Runtime:
         snap = self.boundary.take(loaded.step, rng=loaded.state["rng"])
         with self._state_lock:
             self._completed = self._step = loaded.step
+            self._posted = self._entered = loaded.step  # the collectives up to it are done
             self._pending_rng = loaded.state["rng"]
             self.boundary.snapshot = snap
 
@@ -865,7 +870,6 @@ class Runtime:
                 self._phase, self._phase_since = "boundary", time.monotonic()
                 with self._fail_lock:
                     self._recoveries += 1
-                    self._entered = min(self._entered, self._posted)  # the step is redone
                     self._failing = False
                     self._leaving.clear()
             else:

@@ -177,18 +177,23 @@ def test_checkpoint_directory_that_cannot_be_written(jb, tmp_path, where, needle
     ck = where if where.startswith("/") else str(tmp_path / where)
     code, err = jb("run", "--strategy", "periodic:1", "--ckpt-dir", ck,
                    "--run-dir", str(tmp_path / "r"))
-    assert code == 2 and needle in one_line(err) and "cannot be written" in err
+    assert code == 2 and needle in one_line(err) and "cannot be created" in err
     assert not (tmp_path / "r").exists()
 
 
-def test_an_absent_checkpoint_directory_is_created_and_left_empty(tmp_path):
-    """An absent --ckpt-dir passes the check (created, probed, left empty)."""
+def test_an_absent_checkpoint_directory_passes_and_nothing_is_made(jb, tmp_path):
+    """An absent --ckpt-dir that can be made passes the check, which makes nothing
+    (a --ckpt-dir inside the --run-dir it precedes, as a multi-node job shares one);
+    an existing one is not probed (a read-only one may be resumed from)."""
     from jitbench.harness.run import check_ckpt_dir
     from jitbench.harness.spec import RunSpec
 
-    d = tmp_path / "a" / "b"
-    check_ckpt_dir(RunSpec(ckpt_dir=str(d)))
-    assert d.is_dir() and list(d.iterdir()) == []
+    check_ckpt_dir(RunSpec(ckpt_dir=str(tmp_path / "a" / "b")))
+    assert list(tmp_path.iterdir()) == []
+    code, err = jb("run", "--ckpt-dir", str(tmp_path / "r" / "ck"), "--run-dir",
+                   str(tmp_path / "r"), "--steps", "0")  # refused later, for --steps
+    assert code == 2 and "--steps must be >= 1" in one_line(err)
+    assert not (tmp_path / "r").exists()
 
 
 def test_fault_injection_point_must_exist():

@@ -435,3 +435,6 @@ def test_an_interrupted_overhead_run_exits_130_not_3(jb, tmp_path, monkeypatch, 
     code, err = jb("overhead", "--strategies", strategies, "--out", str(tmp_path / "ov"))
     assert code == ExitStatus.INTERRUPTED, err
     assert "interrupted" in err and "did not complete" not in err
+    code, err = jb("overhead", "--strategies", strategies, "--out", str(tmp_path / "ov"),
+                   "--overwrite")  # an interrupted run's directory is replaced
+    assert code == ExitStatus.INTERRUPTED and "not a jitbench" not in err, err

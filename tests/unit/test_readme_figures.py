@@ -176,9 +176,14 @@ def test_stress_chunks_recheck_appends_the_verdicts_of_now(tmp_path, monkeypatch
     assert stress_chunks.total(record) == (1, 2, 1)  # the chunk's header keeps its run-time count
     assert stress_chunks.main(["total", "--record", str(record)]) == 1
     assert "chunk 1 rechecked at fed: 2 campaigns, 0 violations" in capsys.readouterr().out
+    log.write_text(log.read_text().replace('"violations": []', '"violations": ["ports: 1 left"]'))
+    line, bad = stress_chunks.recheck(log, record, None, commit="fed+dirty")
+    assert bad == 1  # only the run could see a port left behind: it stands
+    record.write_text(record.read_text() + line.replace("chunk ?", "chunk 1") + "\n")
+    assert stress_chunks.rechecks(record)[-1] == (1, "fed+dirty", 2, 1)
     now["r1"] = ["state: differs"]  # a run that fails now: exit 1
     assert stress_chunks.main(["recheck", str(log), "--record", str(record)]) == 1
-    assert len(stress_chunks.rechecks(record)) == 1  # without --chunk nothing is appended
+    assert len(stress_chunks.rechecks(record)) == 2  # without --chunk nothing is appended
     before = record.read_text()
     assert stress_chunks.main(["recheck", str(log), "--chunk", "2", "--record",
                                str(record)]) == 2  # no chunk 2

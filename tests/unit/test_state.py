@@ -428,3 +428,32 @@ def test_a_function_lr_lambda_is_flagged(tmp_path):
         rt.close()
     warns = [e for e in read_events(tmp_path / "ev") if e["event"] == "warning"]
     assert len(warns) == 1 and "not checkpointed" in warns[0]["message"]
+
+
+def test_stuck_before_collective_after_a_rollback(tmp_path):
+    """A rank is stuck when it reached its gradient collective and did not post it.
+    After a rollback (inmem: the failed step 5 was posted, steps from 4 are redone) the
+    old mark must not hide it: reaching step 4's collective without posting it is
+    stuck (stress review of e3c8b16: with the stale mark, the hung survivor reported
+    'posted 5' and a healthy newcomer was judged hung)."""
+    from jitbench.runtime.config import RuntimeConfig
+    from jitbench.runtime.core import Runtime
+    from jitbench.runtime.events import EventLog
+
+    rt = Runtime(RuntimeConfig(ckpt_dir=str(tmp_path / "ck"), hang_first_s=600),
+                 EventLog(tmp_path / "ev" / "attempt000_rank00000.jsonl", 0, 0), 0, 1)
+    try:
+        rt._begin(5)
+        rt.enter_collective(5)
+        assert rt.stuck_before_collective  # reached, not posted
+        rt.mark_collective(5)
+        assert not rt.stuck_before_collective and rt.posted == 5
+        rt._begin(4)  # rolled back to the boundary after step 3: step 4 again
+        assert not rt.stuck_before_collective and rt.posted == 3
+        rt.enter_collective(4)
+        assert rt.stuck_before_collective
+        rt.mark_collective(4)
+        rt._begin(5)
+        assert not rt.stuck_before_collective and rt.posted == 4
+    finally:
+        rt.close()

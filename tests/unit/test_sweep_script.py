@@ -8,6 +8,7 @@ Nothing is launched: the CLI cases stop at validation, or call a stub in place o
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -226,6 +227,13 @@ def test_an_interrupted_run_stops_the_sweep_and_resume_runs_it_again(jb, tmp_pat
     assert [r.get("fault") for r in rows if not r.get("reference")] == ["nccl-hang"]
     killed = cell_dir(out, "gpt", "jit", "kill", 0, 0) / "summary.json"
     assert json.loads(killed.read_text())["interrupted"] is True  # the record is kept
+    assert json.loads((out / "sweep.json").read_text())["complete"] is False
+    copy = tmp_path / "copy"  # an interrupted sweep's directory: --overwrite replaces it
+    shutil.copytree(out, copy)
+    stop["at"] = None
+    sweep_mod.run_sweep(cfg, copy, overwrite=True)
+    assert json.loads((copy / "sweep.json").read_text())["complete"] is True
+    stop["at"] = "kill"
     stop["at"] = None
     launched.clear()
     res = sweep_mod.run_sweep(cfg, out, resume=True)

@@ -210,9 +210,11 @@ class InProcessRecovery(Strategy):
         return dec
 
     def _leave(self, rt: Runtime, dec: Decision, trigger: str, phase: str) -> int:
-        if rt.rank in dec.hung or (dec.fallback is None and rt.rank not in dec.members):
-            return EXIT_EVICTED
-        # no in-process recovery: the strategy's own way out, then a whole-job restart
+        if dec.fallback is None and (rt.rank in dec.hung or rt.rank not in dec.members):
+            return EXIT_EVICTED  # replaced in process
+        # no in-process recovery: the strategy's own way out, then a whole-job restart;
+        # a hung member too (stuck before its collective, its state is the boundary's,
+        # and it may be the last one holding it: stress chunk 14, campaign 86)
         return self.leave_job(rt, trigger, phase)
 
     def _reform(self, rt: Runtime, dec: Decision) -> None:
