@@ -44,27 +44,31 @@ def test_writer_killed_after_its_manifest_rename_committed(tmp_path, refs):
 
 
 def test_a_write_error_the_job_meets_by_itself_is_named(tmp_path):
-    """No fault injected; the checkpoint directory lies under a regular file, so rank
-    0's first periodic write fails with ENOTDIR in every attempt: exit 3, and the
-    one-line error names the rank, the operation, the step and the OS error; each
-    failed attempt is a failure the job met by itself."""
-    (tmp_path / "afile").write_text("not a directory")
+    """No fault injected; in the checkpoint directory a directory stands where rank 0
+    writes its first periodic part (``<name>.pt.tmp``), so that write fails with
+    EISDIR in every attempt: exit 3, and the one-line error names the rank, the
+    operation, the step and the OS error; each failed attempt is a failure the job
+    met by itself. (A checkpoint directory under a regular file, this test's first
+    form, is now refused before launch: tests/unit/test_bad_input.py.)"""
+    blocker = tmp_path / "c1" / "periodic_step00000004_rank00000.pt.tmp"
+    blocker.mkdir(parents=True)
+    (blocker / "keep").write_text("x")
     run_dir = tmp_path / "run"
     p = subprocess.run(
         [sys.executable, "-m", "jitbench.cli", "run", "--strategy", "periodic:4",
-         "--fault", "none", "--ckpt-dir", str(tmp_path / "afile" / "c1"), "--steps", "8",
+         "--fault", "none", "--ckpt-dir", str(tmp_path / "c1"), "--steps", "8",
          "--size", "tiny", "--batch-size", "4", "--no-reference", "--max-restarts", "1",
          "--run-dir", str(run_dir), "--json"],
         capture_output=True, text=True, timeout=280, cwd=tmp_path)
     assert p.returncode == 3, p.stderr[-2000:]
-    cause = "rank 0: checkpoint write at step 4 failed: Not a directory"
+    cause = "rank 0: checkpoint write at step 4 failed: Is a directory"
     last = p.stderr.strip().splitlines()[-1]
     assert cause in last and "restart budget exhausted: all 2 attempts failed" in last, last
     s = json.loads(p.stdout)
     assert (s["num_failures"], s["own_failures"], s["injected_failures"]) == (2, 2, 0)
     assert [(f["injected"], f["fault_kind"], f["fault_rank"], f["fault_step"], f["cause"])
             for f in s["failures"]] == [(False, "storage_error", 0, 4, cause)] * 2
-    assert "Not a directory" in (run_dir / "agent.log").read_text()
+    assert "Is a directory" in (run_dir / "agent.log").read_text()
 
 
 def test_a_run_resumed_from_another_job_is_not_compared_sample_by_sample(tmp_path, refs):
