@@ -255,10 +255,6 @@ class ScriptSpec:
             if not (math.isfinite(value) and value > 0):
                 raise SpecError(f"--{name.replace('_', '-')} must be a finite number > 0, "
                                 f"got {value}")
-        if self.hang_first_s < self.hang_floor_s:
-            raise SpecError(f"--hang-first-s ({self.hang_first_s:g}) must be >= --hang-floor-s "
-                            f"({self.hang_floor_s:g}): it bounds the first steps, warm-up "
-                            "included")
         if self.steps is not None and self.steps < 1:
             raise SpecError(f"--steps must be >= 1, got {self.steps}")
         for f in self.faults:

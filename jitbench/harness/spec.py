@@ -264,10 +264,6 @@ class RunSpec:
             if not (math.isfinite(value) and value > 0):
                 raise SpecError(f"--{name.replace('_', '-')} must be a finite number > 0, "
                                 f"got {value}")
-        if self.hang_first_s < self.hang_floor_s:
-            raise SpecError(f"--hang-first-s ({self.hang_first_s:g}) must be >= --hang-floor-s "
-                            f"({self.hang_floor_s:g}): it bounds the first steps, warm-up "
-                            "included")
         if self.max_restarts < 0:
             raise SpecError(f"--max-restarts must be >= 0, got {self.max_restarts}")
         self._check_parallel(st)
