@@ -90,20 +90,10 @@ from provenance import git_commit  # noqa: E402
 from jitbench.workloads import WorkloadConfig, build_workload  # noqa: E402
 
 
-def _timed(times: list[float], fn):
+def _timed(times: list[float], fn, on: list[bool] | None = None):
+    """``fn``, timed into ``times`` (while ``on[0]`` is true, when ``on`` is given)."""
     def wrapper(*a, **kw):
-        t0 = time.perf_counter()
-        try:
-            return fn(*a, **kw)
-        finally:
-            times.append(time.perf_counter() - t0)
-    return wrapper
-
-
-def _timed_if(times: list[float], on: list[bool], fn):
-    """``fn``, timed into ``times`` while ``on[0]`` is true."""
-    def wrapper(*a, **kw):
-        if not on[0]:
+        if on is not None and not on[0]:
             return fn(*a, **kw)
         t0 = time.perf_counter()
         try:
@@ -147,14 +137,14 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
         "in the step end: Boundary.refresh", "  rng capture", "  buffers copy",
         "  optimizer hyper-parameters", "  LR scheduler", "  CUDA events record")}
     b = rt.boundary
-    b.refresh = _timed_if(situ["in the step end: Boundary.refresh"], on, b.refresh)
-    state_mod.capture_rng_raw = _timed_if(situ["  rng capture"], on, capture_rng_raw)
+    b.refresh = _timed(situ["in the step end: Boundary.refresh"], b.refresh, on)
+    state_mod.capture_rng_raw = _timed(situ["  rng capture"], capture_rng_raw, on)
     for name, row in (("_buffers", "  buffers copy"), ("_hyper_params", "  optimizer hyper-parameters"),
                       ("_scheduler_state", "  LR scheduler")):
         if hasattr(b, name):  # an older tree's take() has no such parts: not split
-            setattr(b, name, _timed_if(situ[row], on, getattr(b, name)))
+            setattr(b, name, _timed(situ[row], getattr(b, name), on))
     if b.device_events.events:
-        b.device_events.mark = _timed_if(situ["  CUDA events record"], on, b.device_events.mark)
+        b.device_events.mark = _timed(situ["  CUDA events record"], b.device_events.mark, on)
     parts: dict[str, list[float]] = {k: [] for k in (
         "again right after: Boundary.refresh", "  rng capture ", "  buffers copy ",
         "  optimizer hyper-parameters ", "  LR scheduler ",
