@@ -240,7 +240,7 @@ class DetectionOptions:
     hang_factor: Annotated[float, typer.Option(
         help="Hang bound = max(floor, factor x median step time).")] = hang.FACTOR
     hang_first_s: Annotated[float, typer.Option(
-        help="Hang bound before any step time is known (s).")] = hang.FIRST_S
+        help="Hang bound before any step time is known (s); never below the floor.")] = hang.FIRST_S
 
 
 @dataclass

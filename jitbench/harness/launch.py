@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from jitbench import hang
 from jitbench.harness.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -74,18 +75,19 @@ FT_CHECK_INTERVAL_S = 0.25
 
 def ft_launcher_args(spec: RunSpec) -> list[str]:
     """``ft_launcher`` options of a ``nvrx`` run: heartbeat timeouts from the spec's hang
-    settings (first heartbeat ``hang_first_s``, then ``hang_floor_s``; for
-    ``nvrx-sections`` the ``step`` section's timeout ``hang_floor_s`` and the
-    out-of-section timeout ``hang_first_s``), SIGTERM for a
+    settings (first heartbeat :func:`jitbench.hang.first_bound_s`, then
+    ``hang_floor_s``; for ``nvrx-sections`` the ``step`` section's timeout
+    ``hang_floor_s`` and the out-of-section timeout the same first-step bound), SIGTERM for a
     rank that misses one, restart policy ``any-failed``; NIC monitoring off (no NICs to
     watch on CPU)."""
     from jitbench.runtime.strategies import parse
 
+    first = hang.first_bound_s(spec.hang_first_s, spec.hang_floor_s)
     if parse(spec.strategy).name == "nvrx-sections":  # a timeout per step section instead
         detect = ["--ft-rank-section-timeouts", f"step:{spec.hang_floor_s}",
-                  "--ft-rank-out-of-section-timeout", str(spec.hang_first_s)]
+                  "--ft-rank-out-of-section-timeout", str(first)]
     else:
-        detect = ["--ft-initial-rank-heartbeat-timeout", str(spec.hang_first_s),
+        detect = ["--ft-initial-rank-heartbeat-timeout", str(first),
                   "--ft-rank-heartbeat-timeout", str(spec.hang_floor_s)]
     return detect + [
             "--ft-workload-check-interval", str(FT_CHECK_INTERVAL_S),

@@ -31,6 +31,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from jitbench import hang
 from jitbench.runtime.config import RuntimeConfig
 from jitbench.runtime.events import EventLog
 
@@ -79,12 +80,15 @@ class HangBound:
 
     def bound_s(self) -> float:
         """Current bound (s) for the ``compute`` phase:
-        ``max(hang_floor_s, hang_factor x median step)``, or ``hang_first_s``."""
+        ``max(hang_floor_s, hang_factor x median step)``, or before any step time is
+        known :func:`jitbench.hang.first_bound_s` (``hang_first_s``, never below
+        the floor)."""
+        first = hang.first_bound_s(self.config.hang_first_s, self.config.hang_floor_s)
         med = self.median_step_s()
         if med is None:
-            return self.config.hang_first_s
+            return first
         bound = max(self.config.hang_floor_s, self.config.hang_factor * med)
-        return max(bound, self.config.hang_first_s) if self.warming else bound
+        return max(bound, first) if self.warming else bound
 
 
 class Watchdog:

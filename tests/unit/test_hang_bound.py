@@ -1,0 +1,38 @@
+"""The hang bound before any step time is known never goes below the floor."""
+
+from __future__ import annotations
+
+import pytest
+
+from jitbench import hang
+from jitbench.harness.launch import ft_launcher_args
+from jitbench.harness.spec import RunSpec
+from jitbench.runtime.config import RuntimeConfig
+from jitbench.runtime.watchdog import HangBound
+
+
+@pytest.mark.parametrize(("first", "floor", "want"), [(30.0, 2.0, 30.0), (0.0001, 2.0, 2.0),
+                                                      (30.0, 60.0, 60.0)])
+def test_first_step_bound_is_never_below_the_floor(first, floor, want):
+    bound = HangBound(RuntimeConfig(hang_first_s=first, hang_floor_s=floor))
+    assert bound.bound_s() == want
+    bound.prior_step_s = 0.001  # a known step time: the floor, then the factor
+    assert bound.bound_s() == max(floor, bound.config.hang_factor * 0.001)
+    bound.expect_warm_up()  # a newcomer's first step: the first-step bound again
+    assert bound.bound_s() == want
+
+
+def test_step_time_bound_follows_the_median():
+    bound = HangBound(RuntimeConfig(hang_first_s=30.0, hang_floor_s=2.0, hang_factor=10.0))
+    for step_s in (9.0, 0.5, 0.7, 0.6):  # the first (warm-up) step is left out
+        bound.record(step_s)
+    assert bound.bound_s() == pytest.approx(6.0)
+
+
+@pytest.mark.parametrize("strategy", ["nvrx:3", "nvrx-sections:3"])
+def test_nvrx_first_heartbeat_bound_is_never_below_the_floor(strategy):
+    args = ft_launcher_args(RunSpec(strategy=strategy, hang_first_s=0.0001, hang_floor_s=5.0))
+    first_flag = ("--ft-rank-out-of-section-timeout" if strategy.startswith("nvrx-sections")
+                  else "--ft-initial-rank-heartbeat-timeout")
+    assert float(args[args.index(first_flag) + 1]) == 5.0
+    assert hang.first_bound_s(0.0001, 5.0) == 5.0
