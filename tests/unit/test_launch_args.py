@@ -113,3 +113,12 @@ def test_every_agent_keeps_its_logs_in_the_run_directory(tmp_path):
                 replica_command(spec, run_dir)):
         i = cmd.index("--log-dir")
         assert cmd[i:i + 2] == want
+
+
+@pytest.mark.parametrize(("code", "noted"), [(99999, True), (79, False), (None, False)])
+def test_an_xid_code_outside_the_table_is_named_as_unknown(capsys, code, noted):
+    plan = FaultOptions(fault="xid", fault_step=3, xid=code).plan(10, 2, 0)
+    assert [f.kind for f in plan] == ["xid"]
+    err = capsys.readouterr().err
+    assert (f"Xid {code} is not in jitbench's Xid table" in err) is noted
+    assert ("fatal by policy" in err) is noted
