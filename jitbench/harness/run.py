@@ -147,7 +147,47 @@ def check_ckpt_dir(spec: RunSpec) -> None:
             ckpt.check_owner(part, manifest, spec.world_size, spec.fingerprint())
         except ckpt.CheckpointMismatch as exc:
             raise SpecError(f"checkpoint directory {d} holds another job's checkpoints: "
-                            f"{exc}") from exc
+                            f"{exc}{_differences(d, spec)}") from exc
+
+
+JOB_FILE = "job.json"
+"""File of a ``--ckpt-dir`` that names the training its checkpoints belong to:
+``{"run_id": fingerprint, "identity": RunSpec.identity()}``. Written by
+:func:`execute`; read only to say which setting differs when the directory is
+refused (the checkpoints' manifests hold just the run id)."""
+
+
+def _differences(ckpt_dir: Path, spec: RunSpec) -> str:
+    """``" (differs: workload.seed 1 there, 0 here; ...)"`` from the directory's
+    :data:`JOB_FILE`, or ``""`` when it is absent, unreadable or names no difference."""
+    try:
+        there = json.loads((ckpt_dir / JOB_FILE).read_text())["identity"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+
+    def flat(d: dict, prefix: str = "") -> dict:
+        out: dict = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+        return out
+
+    a, b = flat(there) if isinstance(there, dict) else {}, flat(spec.identity())
+    diffs = [f"{k} {a.get(k)!r} there, {b.get(k)!r} here" for k in sorted(a.keys() | b.keys())
+             if a.get(k) != b.get(k)]
+    return f" (differs: {'; '.join(diffs)})" if diffs else ""
+
+
+def _claim_ckpt_dir(spec: RunSpec) -> None:
+    """Write :data:`JOB_FILE` into the spec's own ``--ckpt-dir`` (created if absent),
+    after :func:`check_ckpt_dir` found no other job's checkpoints there."""
+    if spec.ckpt_dir is None:
+        return
+    d = Path(spec.ckpt_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / (JOB_FILE + ".tmp")
+    tmp.write_text(json.dumps({"run_id": spec.fingerprint(), "identity": spec.identity()},
+                              sort_keys=True, indent=1))
+    os.replace(tmp, d / JOB_FILE)
 
 
 def machine_fingerprint() -> dict:
@@ -178,6 +218,7 @@ def execute(spec: RunSpec, run_dir: Path, progress: Callable[[dict], None] | Non
     (:func:`jitbench.harness.launch.launch`)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "spec.json").write_text(spec.to_json())
+    _claim_ckpt_dir(spec)
     return launch(spec, run_dir, progress, timeout_s)
 
 

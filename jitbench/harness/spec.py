@@ -173,11 +173,17 @@ class RunSpec:
         and the reduction. Not the strategy, faults or detection settings:
         every checkpoint of a training with the same fingerprint fits it.
         """
+        return hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()[:16]
+
+    def identity(self) -> dict:
+        """The settings :meth:`fingerprint` hashes (JSON-able): ``workload`` (its
+        config as a dict), ``world_size``, ``backend``, ``deterministic_reduce`` and,
+        unless ``ddp``, ``parallel``."""
         ident = {"workload": asdict(self.workload), "world_size": self.world_size,
                  "backend": self.backend, "deterministic_reduce": self.deterministic_reduce}
         if self.parallel != "ddp":  # ddp runs keep the fingerprint they always had
             ident["parallel"] = self.parallel
-        return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+        return ident
 
     def runtime_config(self, ckpt_dir: str) -> RuntimeConfig:
         """The runtime settings of this spec."""

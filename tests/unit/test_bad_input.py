@@ -160,6 +160,21 @@ def test_checkpoint_directory_of_another_job(jb, tmp_path, world, same_run, need
     assert part.path.read_bytes() == before and not (tmp_path / "r").exists()
 
 
+def test_checkpoint_directory_of_another_job_names_the_setting_that_differs(jb, tmp_path):
+    from jitbench.harness.run import JOB_FILE, _claim_ckpt_dir
+    from jitbench.harness.spec import RunSpec
+    from jitbench.workloads import WorkloadConfig
+
+    earlier = RunSpec(workload=WorkloadConfig(steps=61, seed=3), nproc=2,
+                      ckpt_dir=str(tmp_path / "ck"))
+    _claim_ckpt_dir(earlier)  # what the earlier job's launch wrote
+    assert json.loads((tmp_path / "ck" / JOB_FILE).read_text())["run_id"] == earlier.fingerprint()
+    ckpt.write_part(tmp_path / "ck", "periodic", 5, 0, 2, {"step": 5}, run_id=earlier.fingerprint())
+    code, err = jb("run", "--ckpt-dir", str(tmp_path / "ck"), "--run-dir", str(tmp_path / "r"))
+    assert code == 2 and "holds another job's checkpoints" in one_line(err)
+    assert "differs: workload.seed 3 there, 0 here; workload.steps 61 there, 60 here" in err
+
+
 def test_checkpoint_directory_that_is_a_file(jb, tmp_path):
     (tmp_path / "ck").write_text("x")
     code, err = jb("run", "--ckpt-dir", str(tmp_path / "ck"), "--run-dir", str(tmp_path / "r"))
