@@ -260,6 +260,8 @@ def _rank0_progress(events_dir: Path, offsets: dict, state: dict) -> None:
                 state["loss"] = ev.get("loss")
             elif ev["event"] in ("fault", "failure", "restore"):
                 state["last"] = ev["event"]
+                if ev["event"] == "restore" and isinstance(ev.get("step"), int):
+                    state["step"] = ev["step"]  # a resume at the last step trains none
             state["attempt"] = ev["attempt"]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -122,3 +123,17 @@ def test_an_xid_code_outside_the_table_is_named_as_unknown(capsys, code, noted):
     err = capsys.readouterr().err
     assert (f"Xid {code} is not in jitbench's Xid table" in err) is noted
     assert ("fatal by policy" in err) is noted
+
+
+def test_progress_counts_a_restored_step(tmp_path):
+    """A run resumed at its last step trains no step: the bar shows the restored one."""
+    from jitbench.harness.launch import _rank0_progress
+
+    events = tmp_path / "events"
+    events.mkdir()
+    lines = [{"event": "restore", "phase": "begin", "attempt": 0},
+             {"event": "restore", "phase": "end", "step": 16, "kind": "final", "attempt": 0}]
+    (events / "attempt000_rank00000.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    state: dict = {"step": 0, "attempt": 0}
+    _rank0_progress(events, {}, state)
+    assert state["step"] == 16 and state["last"] == "restore"
