@@ -102,7 +102,7 @@ class TimeoutCollective(Fault):
     @classmethod
     def check_run(cls, spec: FaultSpec, run: Any) -> str | None:
         t = cls.resolve(spec.params)["timeout_s"]
-        bound = min(run.hang_floor_s, run.hang_first_s)
+        bound = run.hang_floor_s  # the least bound: the first-step one is never below it
         if t >= bound:
             return (f"{cls.name}: timeout_s ({t:g}) must be below the hang bound's floor "
                     f"({bound:g} s), else the watchdog sees a hang first")

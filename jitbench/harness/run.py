@@ -17,6 +17,7 @@ Run directory layout::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -147,22 +148,26 @@ def check_ckpt_dir(spec: RunSpec) -> None:
             ckpt.check_owner(part, manifest, spec.world_size, spec.fingerprint())
         except ckpt.CheckpointMismatch as exc:
             raise SpecError(f"checkpoint directory {d} holds another job's checkpoints: "
-                            f"{exc}{_differences(d, spec)}") from exc
+                            f"{exc}{_differences(d, spec, manifest.get('run_id'))}") from exc
 
 
 JOB_FILE = "job.json"
 """File of a ``--ckpt-dir`` that names the training its checkpoints belong to:
 ``{"run_id": fingerprint, "identity": RunSpec.identity()}``. Written by
-:func:`execute`; read only to say which setting differs when the directory is
+:func:`execute` after a launch that left a part there (:func:`claim_ckpt_dir`); read only to say which setting differs when the directory is
 refused (the checkpoints' manifests hold just the run id)."""
 
 
-def _differences(ckpt_dir: Path, spec: RunSpec) -> str:
+def _differences(ckpt_dir: Path, spec: RunSpec, run_id: str | None) -> str:
     """``" (differs: workload.seed 1 there, 0 here; ...)"`` from the directory's
-    :data:`JOB_FILE`, or ``""`` when it is absent, unreadable or names no difference."""
+    :data:`JOB_FILE` when it names the job of the refused parts (``run_id``, their
+    manifests'), else ``""`` (absent, unreadable, stale, or no difference)."""
     try:
-        there = json.loads((ckpt_dir / JOB_FILE).read_text())["identity"]
+        job = json.loads((ckpt_dir / JOB_FILE).read_text())
+        there = job["identity"] if job["run_id"] == run_id else None
     except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    if not isinstance(there, dict):
         return ""
 
     def flat(d: dict, prefix: str = "") -> dict:
@@ -171,23 +176,55 @@ def _differences(ckpt_dir: Path, spec: RunSpec) -> str:
             out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
         return out
 
-    a, b = flat(there) if isinstance(there, dict) else {}, flat(spec.identity())
+    a, b = flat(there), flat(spec.identity())
     diffs = [f"{k} {a.get(k)!r} there, {b.get(k)!r} here" for k in sorted(a.keys() | b.keys())
              if a.get(k) != b.get(k)]
     return f" (differs: {'; '.join(diffs)})" if diffs else ""
 
 
-def _claim_ckpt_dir(spec: RunSpec) -> None:
-    """Write :data:`JOB_FILE` into the spec's own ``--ckpt-dir`` (created if absent),
-    after :func:`check_ckpt_dir` found no other job's checkpoints there."""
+def claim_ckpt_dir(spec: RunSpec) -> bool:
+    """Write :data:`JOB_FILE` into the spec's own ``--ckpt-dir`` once it holds a part
+    of this training (call it after the launch): a directory the job wrote nothing
+    into stays untouched. Advisory and best effort: a read-only directory (resumed
+    from only) or a lost race is no error. Several nodes of one job may call it at
+    once: each writes its own temporary file and renames it into place, and a file
+    already naming this training is left as it is.
+
+    Returns:
+        Whether the file now names this training.
+    """
     if spec.ckpt_dir is None:
-        return
-    d = Path(spec.ckpt_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    tmp = d / (JOB_FILE + ".tmp")
-    tmp.write_text(json.dumps({"run_id": spec.fingerprint(), "identity": spec.identity()},
-                              sort_keys=True, indent=1))
-    os.replace(tmp, d / JOB_FILE)
+        return False
+    d, run_id = Path(spec.ckpt_dir), spec.fingerprint()
+    try:
+        if json.loads((d / JOB_FILE).read_text()).get("run_id") == run_id:
+            return True
+    except (OSError, ValueError, AttributeError):
+        pass
+    mine = False
+    try:
+        parts = ckpt.list_parts(d)
+    except OSError:
+        return False
+    for part in parts:
+        try:
+            mine = ckpt.read_manifest(part).get("run_id") == run_id
+        except ckpt.CheckpointCorrupt:
+            continue
+        if mine:
+            break
+    if not mine:
+        return False
+    tmp = d / f".{JOB_FILE}.{socket.gethostname()}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(json.dumps({"run_id": run_id, "identity": spec.identity()},
+                                  sort_keys=True, indent=1))
+        os.replace(tmp, d / JOB_FILE)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return False
+    return True
 
 
 def machine_fingerprint() -> dict:
@@ -218,8 +255,9 @@ def execute(spec: RunSpec, run_dir: Path, progress: Callable[[dict], None] | Non
     (:func:`jitbench.harness.launch.launch`)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "spec.json").write_text(spec.to_json())
-    _claim_ckpt_dir(spec)
-    return launch(spec, run_dir, progress, timeout_s)
+    res = launch(spec, run_dir, progress, timeout_s)
+    claim_ckpt_dir(spec)
+    return res
 
 
 def recovery_means(m: metrics.RunMetrics, world_size: int) -> dict:

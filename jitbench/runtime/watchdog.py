@@ -10,7 +10,8 @@ Every ``poll_s`` (50 ms by default) the thread
   even while the main thread is blocked in a collective in C++;
 - compares the time spent in the current phase with the hang bound
   (:class:`HangBound`): ``compute`` uses ``max(hang_floor_s, hang_factor x
-  median step time)`` (``hang_first_s`` before any step time is known),
+  median step time)`` (``max(hang_first_s, hang_floor_s)`` before any step time
+  is known),
   ``checkpoint`` (barriers) uses ``sync_bound_s``;
 - calls every check added with :meth:`Watchdog.add_check` (a GPU health probe,
   a peer's failure notice).
@@ -55,7 +56,7 @@ class HangBound:
         self.step_times: deque[float] = deque(maxlen=50)
         """Durations (s) of the last 50 steps of this process."""
         self.warming = False
-        """The next step is bounded by ``hang_first_s`` as well (:meth:`expect_warm_up`)."""
+        """The next step is bounded by the first-step bound as well (:meth:`expect_warm_up`)."""
         self.prior_step_s: float | None = None
         """Median step time (s) recorded in the restored checkpoint, used until
         three steps of this process are timed."""
@@ -67,8 +68,8 @@ class HangBound:
 
     def expect_warm_up(self) -> None:
         """The next step may be a newcomer's first (in-process recovery: survivors wait
-        in the collective while a fresh process warms up): bound it by ``hang_first_s``
-        too, until one step is recorded."""
+        in the collective while a fresh process warms up): bound it by the first-step
+        bound (:func:`jitbench.hang.first_bound_s`) too, until one step is recorded."""
         self.warming = True
 
     def median_step_s(self) -> float | None:

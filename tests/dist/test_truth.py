@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from jitbench.faults import FaultSpec
+from jitbench.harness.run import JOB_FILE
 from jitbench.harness.run import run as run_spec
 from jitbench.records import verdict
 from jitbench.runtime.events import read_events
@@ -81,6 +82,8 @@ def test_a_run_resumed_from_another_job_is_not_compared_sample_by_sample(tmp_pat
                       hang_first_s=60.0)
     first = run_spec(spec, tmp_path / "a", reference=False, timeout_s=280).summary
     assert first["completed"], (first.get("end_reason"), first.get("failures"))
+    job = json.loads((ck / JOB_FILE).read_text())  # the launch named its training there
+    assert job == {"run_id": spec.fingerprint(), "identity": json.loads(json.dumps(spec.identity()))}
     s = run_spec(spec, tmp_path / "b", reference_from=refs(spec), timeout_s=280).summary
     assert s["completed"] and s["state_equal"] is True
     assert s["sample_stream_equal"] is None

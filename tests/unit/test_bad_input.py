@@ -160,19 +160,65 @@ def test_checkpoint_directory_of_another_job(jb, tmp_path, world, same_run, need
     assert part.path.read_bytes() == before and not (tmp_path / "r").exists()
 
 
-def test_checkpoint_directory_of_another_job_names_the_setting_that_differs(jb, tmp_path):
-    from jitbench.harness.run import JOB_FILE, _claim_ckpt_dir
+def _earlier_job(tmp_path, seed=3):
     from jitbench.harness.spec import RunSpec
     from jitbench.workloads import WorkloadConfig
 
-    earlier = RunSpec(workload=WorkloadConfig(steps=61, seed=3), nproc=2,
-                      ckpt_dir=str(tmp_path / "ck"))
-    _claim_ckpt_dir(earlier)  # what the earlier job's launch wrote
-    assert json.loads((tmp_path / "ck" / JOB_FILE).read_text())["run_id"] == earlier.fingerprint()
+    return RunSpec(workload=WorkloadConfig(steps=61, seed=seed), nproc=2,
+                   ckpt_dir=str(tmp_path / "ck"))
+
+
+def test_checkpoint_directory_of_another_job_names_the_setting_that_differs(jb, tmp_path):
+    from jitbench.harness.run import JOB_FILE, claim_ckpt_dir
+
+    earlier = _earlier_job(tmp_path)
+    assert claim_ckpt_dir(earlier) is False and not (tmp_path / "ck").exists()  # nothing written
     ckpt.write_part(tmp_path / "ck", "periodic", 5, 0, 2, {"step": 5}, run_id=earlier.fingerprint())
+    assert claim_ckpt_dir(earlier) is True  # what the earlier job's launch did after it
+    assert json.loads((tmp_path / "ck" / JOB_FILE).read_text())["run_id"] == earlier.fingerprint()
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir() if "tmp" in p.name) == []
     code, err = jb("run", "--ckpt-dir", str(tmp_path / "ck"), "--run-dir", str(tmp_path / "r"))
     assert code == 2 and "holds another job's checkpoints" in one_line(err)
     assert "differs: workload.seed 3 there, 0 here; workload.steps 61 there, 60 here" in err
+
+
+def test_a_stale_job_file_names_no_setting(jb, tmp_path):
+    """job.json of a job whose parts were deleted: the parts there now are another
+    job's, so the refusal names no difference rather than the wrong one."""
+    from jitbench.harness.run import claim_ckpt_dir
+
+    stale, other = _earlier_job(tmp_path, seed=3), _earlier_job(tmp_path, seed=5)
+    part = ckpt.write_part(tmp_path / "ck", "periodic", 5, 0, 2, {"step": 5},
+                           run_id=stale.fingerprint())
+    assert claim_ckpt_dir(stale)
+    part.path.unlink()
+    part.manifest_path.unlink()
+    ckpt.write_part(tmp_path / "ck", "periodic", 5, 0, 2, {"step": 5}, run_id=other.fingerprint())
+    code, err = jb("run", "--ckpt-dir", str(tmp_path / "ck"), "--run-dir", str(tmp_path / "r"))
+    assert code == 2 and "holds another job's checkpoints" in one_line(err)
+    assert "differs" not in err
+
+
+def test_the_job_file_is_best_effort(tmp_path, monkeypatch):
+    """A directory that takes no file (read-only: resumed from only) is no error, and
+    a file already naming the training is not rewritten (several nodes of one job)."""
+    import os
+
+    from jitbench.harness.run import JOB_FILE, claim_ckpt_dir
+
+    job = _earlier_job(tmp_path)
+    ckpt.write_part(tmp_path / "ck", "periodic", 5, 0, 2, {"step": 5}, run_id=job.fingerprint())
+
+    def refuse(*_a, **_k):
+        raise OSError(30, "Read-only file system")
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "replace", refuse)
+        assert claim_ckpt_dir(job) is False
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir() if JOB_FILE in p.name) == []
+    assert claim_ckpt_dir(job) is True
+    monkeypatch.setattr(os, "replace", refuse)
+    assert claim_ckpt_dir(job) is True  # already this training's: no write at all
 
 
 def test_checkpoint_directory_that_is_a_file(jb, tmp_path):

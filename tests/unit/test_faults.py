@@ -95,6 +95,18 @@ def test_spec_validation_of_fault_parameters(fault, needle):
         spec.validate()
 
 
+def test_nccl_timeout_is_judged_against_the_floor_not_a_lower_first_step_bound():
+    """The first-step bound is never below the floor (hang.first_bound_s), so a tiny
+    --hang-first-s does not refuse a timeout the floor allows."""
+    fault = FaultSpec("nccl-timeout", 1, 3, params={"timeout_s": 1.0})
+    spec = RunSpec(faults=[fault], hang_first_s=0.0001, hang_floor_s=5.0)
+    spec.workload.steps = 10
+    spec.validate()
+    spec.hang_floor_s = 1.0
+    with pytest.raises(SpecError, match=r"below the hang bound's floor \(1 s\)"):
+        spec.validate()
+
+
 def test_spec_rejects_storage_faults_without_checkpoints_and_duplicate_ids():
     spec = RunSpec(faults=[FaultSpec("torn-write", 0, 2)], strategy="none")
     with pytest.raises(SpecError, match="writes no checkpoints"):

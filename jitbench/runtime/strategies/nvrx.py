@@ -23,8 +23,8 @@ strategy uses of it:
   jitbench's own hang watchdog is off under this strategy
   (:meth:`jitbench.harness.spec.RunSpec.runtime_config`): detection is NVRx's.
   The timeouts are set by the harness from the spec's hang settings
-  (``hang_floor_s`` for the heartbeat timeout, ``hang_first_s`` for the first
-  one); NVRx can also learn them from observed intervals
+  (``hang_floor_s`` for the heartbeat timeout, ``max(hang_first_s, hang_floor_s)``
+  for the first one); NVRx can also learn them from observed intervals
   (``calculate_and_set_hb_timeouts``), which this strategy does not use so that
   runs are comparable.
 - **Checkpoints**: NVRx restarts the job; the state comes from the last
@@ -105,7 +105,7 @@ class NvrxSections(Nvrx):
     Each step runs inside the section ``step`` (opened at the restore and at every
     step boundary, closed at the next boundary before the periodic checkpoint), so
     ``--ft-rank-section-timeouts step:<hang_floor_s>`` bounds one step and the
-    out-of-section timeout (``hang_first_s``) bounds the rest (start-up, the
+    out-of-section timeout (``max(hang_first_s, hang_floor_s)``) bounds the rest (start-up, the
     checkpoint writes). No heartbeats are sent (NVRx's heartbeat timeouts stay at
     their defaults, an hour).
     """
