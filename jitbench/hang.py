@@ -2,8 +2,8 @@
 
 The runtime's watchdog declares a hang when a step's compute phase runs past
 ``max(floor_s, factor x median step time)``, or past ``max(first_s, floor_s)``
-before any step time is known (:func:`first_bound_s`). The run spec (:class:`jitbench.harness.spec.RunSpec`),
-the sweep, the CLI flags and the runtime's config
+before any step time is known (:func:`first_bound_s`). The run spec
+(:class:`jitbench.harness.spec.RunSpec`), the sweep, the CLI flags and the runtime's config
 (``jitbench.runtime.RuntimeConfig``) take their defaults from
 :data:`DEFAULT`. This module imports nothing (no torch), so every layer,
 the runtime included, may use it.

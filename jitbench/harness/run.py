@@ -136,14 +136,10 @@ def check_ckpt_dir(spec: RunSpec) -> None:
             raise SpecError(f"checkpoint directory {d} cannot be created: "
                             f"{exc.strerror or exc}") from None
     try:
-        parts = ckpt.list_parts(d)
+        manifests = _manifests(d)
     except OSError as exc:
         raise SpecError(f"checkpoint directory {d} is unreadable: {exc.strerror}") from exc
-    for part in parts:
-        try:
-            manifest = ckpt.read_manifest(part)
-        except ckpt.CheckpointCorrupt:
-            continue  # restore skips it
+    for part, manifest in manifests:
         try:
             ckpt.check_owner(part, manifest, spec.world_size, spec.fingerprint())
         except ckpt.CheckpointMismatch as exc:
@@ -151,11 +147,28 @@ def check_ckpt_dir(spec: RunSpec) -> None:
                             f"{exc}{_differences(d, spec, manifest.get('run_id'))}") from exc
 
 
+def _manifests(ckpt_dir: Path) -> list[tuple[ckpt.Part, dict]]:
+    """Every committed part of ``ckpt_dir`` with its manifest, newest first; corrupt
+    ones left out (restore skips them).
+
+    Raises:
+        OSError: the directory cannot be listed.
+    """
+    out = []
+    for part in ckpt.list_parts(ckpt_dir):
+        try:
+            out.append((part, ckpt.read_manifest(part)))
+        except ckpt.CheckpointCorrupt:
+            continue
+    return out
+
+
 JOB_FILE = "job.json"
 """File of a ``--ckpt-dir`` that names the training its checkpoints belong to:
 ``{"run_id": fingerprint, "identity": RunSpec.identity()}``. Written by
-:func:`execute` after a launch that left a part there (:func:`claim_ckpt_dir`); read only to say which setting differs when the directory is
-refused (the checkpoints' manifests hold just the run id)."""
+:func:`execute` after a launch that left a part there (:func:`claim_ckpt_dir`);
+read only to say which setting differs when the directory is refused (the
+checkpoints' manifests hold just the run id)."""
 
 
 def _differences(ckpt_dir: Path, spec: RunSpec, run_id: str | None) -> str:
@@ -201,19 +214,10 @@ def claim_ckpt_dir(spec: RunSpec) -> bool:
             return True
     except (OSError, ValueError, AttributeError):
         pass
-    mine = False
     try:
-        parts = ckpt.list_parts(d)
+        if not any(m.get("run_id") == run_id for _, m in _manifests(d)):
+            return False
     except OSError:
-        return False
-    for part in parts:
-        try:
-            mine = ckpt.read_manifest(part).get("run_id") == run_id
-        except ckpt.CheckpointCorrupt:
-            continue
-        if mine:
-            break
-    if not mine:
         return False
     tmp = d / f".{JOB_FILE}.{socket.gethostname()}.{os.getpid()}.tmp"
     try:
