@@ -175,7 +175,7 @@ def failing_faults(evs: list[dict]) -> list[dict]:
     return out
 
 
-ROOT_TRIGGERS = ("storage_error", "exception", "hang")
+ROOT_TRIGGERS = ("storage_error", "exception", "hang", "stuck")
 """``failure`` triggers that name a rank's own failure (a peer's death shows as
 ``collective_error``, ``notice`` or ``sigterm`` on the others)."""
 OWN_WHERE = {"restore": "restore_error", "workload": "input_error"}
@@ -204,6 +204,8 @@ def describe(e: dict) -> str:
     if trigger == "hang":
         return (f"rank {rank}: step {step} made no progress for {e.get('waited_s', 0):.1f} s "
                 f"(hang bound {e.get('bound_s', 0):.1f} s, phase {e.get('phase')})")
+    if trigger == "stuck":
+        return f"rank {rank}: step {step} stuck: {reason}"
     if trigger == "exception":
         if e.get("in_phase") == "checkpoint":
             return f"rank {rank}: checkpoint at step {step} failed: {reason}"
@@ -253,18 +255,28 @@ def episode_events(evs: list[dict], fault: dict, key: str = "t_mono"
     """``(cur, nxt, in_process)`` for the failure episode started by ``fault``: the
     events of its attempt and generation, and those of the attempt or generation
     it recovered in (``in_process``: the survivors' ``membership`` decision, with
-    no fallback, formed a new generation of the same attempt)."""
+    no fallback, formed a new generation of the same attempt in which a member took
+    a state; when none did before a whole-job restart, ``cur`` also holds those
+    generations and the restart's attempt recovered)."""
     a, g = fault["attempt"], gen_of(fault)
     cur = [e for e in evs if e["attempt"] == a and gen_of(e) == g]
     decided = [e for e in cur if e["event"] == "membership" and e["phase"] == "end"
                and e.get("fallback") is None and e.get("new_gen") is not None
                and e[key] >= fault[key]]
+    restarted = [e for e in evs if e["attempt"] == a + 1]
     if decided:
         # the generations after it (a member that failed while the state was sent
         # makes the next one carry the recovery)
         new = int(decided[0]["new_gen"])
-        return cur, [e for e in evs if e["attempt"] == a and gen_of(e) >= new], True
-    return cur, [e for e in evs if e["attempt"] == a + 1], False
+        later = [e for e in evs if e["attempt"] == a and gen_of(e) >= new]
+        if any(e["event"] == "restore" and e["phase"] == "end" for e in later) \
+                or not restarted:
+            return cur, later, True
+        # no member of those generations took a state before the job fell back to a
+        # whole-job restart (a survivor stuck in its own code never re-formed: stress
+        # chunk 20): the restart recovered, from the end of the last of them
+        cur = sorted(cur + later, key=lambda e: e[key])
+    return cur, restarted, False
 
 
 def _episodes(evs: list[dict], key: str, spans: list[dict], world_size: int) -> list[dict]:

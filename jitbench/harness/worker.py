@@ -59,6 +59,7 @@ from jitbench.harness.spec import RunSpec
 from jitbench.harness.store import attempt_store as _store
 from jitbench.runtime import reduce
 from jitbench.runtime.checkpoint import CheckpointError
+from jitbench.runtime.config import EXIT_FAILURE
 from jitbench.runtime.core import Runtime
 from jitbench.runtime.events import EventLog, events_path
 from jitbench.runtime.rng import rng_digest
@@ -345,16 +346,26 @@ def main_inprocess(run_dir: Path, spec: RunSpec) -> int:
     restarted = spare and got.fresh  # a rank of a whole-job restart: init like one
     if restarted:
         events.emit("init", "begin")
-    group.init_process_group()
+    newcomer = spare and not got.fresh
+    group.joining = newcomer
+    try:
+        group.init_process_group()
+    except Exception as exc:  # noqa: BLE001 - a member of the generation never came
+        if not newcomer:
+            raise
+        _give_up(events, EXIT_FAILURE, "join", exc)
     if restarted:
         events.emit("init", "end", workload=job.wl.describe())
-    if spare and not got.fresh:  # the survivors' collectives, in the same order
+    if newcomer:  # the survivors' collectives, in the same order
         dec = group.members.wait_decision(group.gen - 1, 300.0)
         job.faults.injector.at("restore", dec.resume_step + 1)
         try:
             rt.strategy.receive(rt, dec)
         except CheckpointError as exc:
             _give_up(events, EXIT_BAD_CHECKPOINT, "restore", exc)
+        except Exception as exc:  # noqa: BLE001 - the source failed during the transfer
+            _give_up(events, EXIT_FAILURE, "join", exc)
+        group.joining = False
         job.wrap()
         first = rt.completed + 1  # the step after the state received
     else:

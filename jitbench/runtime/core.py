@@ -31,6 +31,9 @@ Phases of a step:
   save can happen; the main thread holds the state lock.
 - ``boundary``: between steps; the live state is consistent. ``checkpoint``:
   inside a checkpoint barrier (hang bound ``sync_bound_s``).
+- ``recovery``: another thread (the watchdog) recovered in process while the
+  main thread is still inside the failed step; it ends when the main thread
+  returns to re-form (no hang bound: the in-process strategy bounds that wait).
 
 Failure triggers (each ends in :meth:`Runtime.fail`, which lets the strategy
 react once and then ends the process with its exit status,
@@ -451,6 +454,12 @@ class Runtime:
         self._posted = step
 
     @property
+    def step_in_progress(self) -> int:
+        """The step being executed (compute, optimizer step) or, at a boundary, the
+        last one completed."""
+        return self._step
+
+    @property
     def posted(self) -> int:
         """The last step whose gradient collective this rank posted (0: none)."""
         return self._posted
@@ -866,8 +875,13 @@ class Runtime:
             self.events.emit("error", where="failure handling", error=repr(exc)[:500])
             code = EXIT_FAILURE
         finally:
-            if code is None:  # recovered in process: back at the boundary
-                self._phase, self._phase_since = "boundary", time.monotonic()
+            if code is None:
+                # recovered in process: on the main thread it is back at the boundary;
+                # on another thread (the watchdog) the main thread has still to return
+                # from the failed step and re-form ("recovery": no hang bound here, the
+                # strategy bounds that wait itself)
+                self._phase = "boundary" if main else "recovery"
+                self._phase_since = time.monotonic()
                 with self._fail_lock:
                     self._recoveries += 1
                     self._failing = False

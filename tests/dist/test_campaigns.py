@@ -183,3 +183,56 @@ def test_stress_chunk14_the_last_member_hung_before_its_collective(tmp_path, sha
                             "nccl-hang@rank1:step7")
     r = run_campaign(c, base, shared_reference, tmp_path)
     assert not r["violations"], json.dumps(r, indent=1)
+
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(900)
+def test_stress_chunk20_the_last_member_hung_before_reaching_its_collective(
+        tmp_path, shared_reference):
+    """Stress chunk 20, campaign 96 (``benchmarks/stress-cpu.txt``), replayed: under
+    inmem:3 rank 0 is SIGTERMed in step 1 and rank 1 hangs in step 2's first
+    micro-batch, in its own code, before it reaches any collective (so not "stuck
+    before its collective" either). When rank 0's step-1 collective had reached rank 1
+    before the SIGTERM, rank 1's own watchdog posted the hang and, with rank 0 dead,
+    judged it the healthy source; its main thread never came back, the spare gave up
+    waiting for it with a traceback, and the run hit the harness's timeout. Which way
+    the SIGTERM falls is timing: this replay checks the campaign keeps every
+    invariant; the next test meets the path every time."""
+    base = _stress_bases()[1]  # grad accumulation 2, fp16 AMP ("base1" in the record)
+    c = campaign.Campaign([FaultSpec("term", 0, 1),
+                           FaultSpec("nccl-hang", 1, 2, params={"at": "micro:0"}),
+                           FaultSpec("kill", 0, 3, params={"at": "micro:0"})], "inmem:3")
+    assert c.describe() == ("inmem:3: term@rank0:step1, nccl-hang@rank1:step2/micro:0, "
+                            "kill@rank0:step3/micro:0")
+    r = run_campaign(c, base, shared_reference, tmp_path)
+    assert not r["violations"], json.dumps(r, indent=1)
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("strategy", ["inmem:3", "jit-inprocess"])
+def test_a_survivor_hung_in_its_own_code_fails_itself(tmp_path, shared_reference, strategy):
+    """The class of stress chunk 20's campaign 96, met every time: rank 0 dies at the
+    start of step 2 and rank 1 hangs there too, in its own code, before any collective.
+    Rank 1's watchdog declares the hang, the membership (rank 0 dead, no collective
+    behind) keeps rank 1 as the source, but its main thread never returns to re-form:
+    within its hang bound rank 1 fails itself (trigger ``stuck``, phase
+    ``recovery``), posts the failure of the generation it never joined, so the
+    newcomer assigned to rank 0 leaves (``join_failed``) instead of waiting out the
+    set-up timeout, and the job restarts from its checkpoints and completes."""
+    base = _stress_bases()[0]
+    c = campaign.Campaign([FaultSpec("kill", 0, 2, params={"at": "micro:0"}),
+                           FaultSpec("nccl-hang", 1, 2, params={"at": "micro:0"})], strategy)
+    r = run_campaign(c, base, shared_reference, tmp_path)
+    assert not r["violations"], json.dumps(r, indent=1)
+    evs = read_events(Path(r["run_dir"]) / "events")
+    decided = [e for e in evs if e["event"] == "membership" and e["phase"] == "end"
+               and e["rank"] == 1 and e.get("gen") == 0]
+    assert decided and decided[0]["source"] == 1, json.dumps(decided, indent=1)
+    stuck = [e for e in evs if e["event"] == "failure" and e.get("trigger") == "stuck"]
+    assert [(e["rank"], e["in_phase"], e["step"]) for e in stuck] == [(1, "recovery", 2)], \
+        json.dumps(stuck, indent=1)
+    left = [e for e in evs if e["event"] == "failure" and e.get("trigger") == "join_failed"]
+    assert [e["rank"] for e in left] == [0], json.dumps(left, indent=1)
+    assert r["attempts"] == 2, json.dumps(r, indent=1)

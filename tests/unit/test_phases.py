@@ -147,6 +147,57 @@ def test_inprocess_recovery_phases_reach_the_timeline_and_the_phase_bars(tmp_pat
     assert "reform_s" not in con.export_text()  # a whole-job restart shows no such rows
 
 
+
+def test_an_in_process_decision_that_no_member_took_is_recovered_by_the_restart(tmp_path):
+    """Stress chunk 20's shape: rank 0 killed in step 4; rank 1, hung in its own code,
+    decides generation 1 as the source at 4.6 but never re-forms; the newcomer leaves
+    at 6.0, a spare finds generation 1 lost at 6.2 and falls back; attempt 1 restores
+    the JIT checkpoint of step 3 rank 1 wrote when it failed itself (stuck at 5.0).
+    The episode is a whole-job restart (not in process), its fallback reason is the
+    lost generation's, and its restart starts when generation 1 was gone."""
+    ev = tmp_path / "events"
+    g0 = [("init", "end", 0.5, {})]
+    for s in (1, 2, 3):
+        g0 += [("step", "begin", s, {"step": s}),
+               ("step", "end", s + 0.5, {"step": s, "dur_s": 0.5})]
+    g0.append(("step", "begin", 4.0, {"step": 4}))
+    _events(ev, 0, 0, g0 + [("fault", "point", 4.1, {"kind": "kill", "step": 4})])
+    _events(ev, 0, 1, g0 + [
+        ("failure", "compute", 4.5, {"trigger": "hang", "step": 4}),
+        ("membership", "end", 4.6, {"new_gen": 1, "source": 1, "fallback": None,
+                                     "resume_step": 3, "dead": [0]}),
+        ("failure", "point", 5.0, {"trigger": "stuck", "step": 4, "in_phase": "recovery"}),
+        ("save", "begin", 5.1, {"kind": "jit", "step": 3}),
+        ("save", "end", 5.3, {"kind": "jit", "step": 3, "ok": True, "part": "p3"})])
+    _events(tmp_path / "e2", 0, 0, [
+        ("failure", "point", 6.0, {"trigger": "join_failed", "gen": 1})])
+    (tmp_path / "e2" / "attempt000_rank00000.jsonl").rename(ev / "spare_slot002_r000.jsonl")
+    _events(ev, 0, -1, [("membership", "end", 6.2, {
+        "gen": 1, "new_gen": 2, "source": None, "dead": [0, 1],
+        "fallback": "no surviving replica holds a consistent state"})])
+    for rank in (0, 1):
+        _events(ev, 1, rank, [
+            ("init", "end", 8.0, {"gen": 2}),
+            ("restore", "begin", 9.0, {"gen": 2}),
+            ("restore", "end", 9.2, {"gen": 2, "step": 3, "kind": "jit"}),
+            ("step", "begin", 10.0, {"step": 4, "gen": 2}),
+            ("step", "end", 10.5, {"step": 4, "dur_s": 0.5, "gen": 2}),
+            ("done", "point", 11.0, {"step": 4, "gen": 2})])
+    evs = phases.read_events(tmp_path)
+    fault = phases.failure_starts(evs)[0]
+    cur, nxt, in_process = phases.episode_events(evs, fault)
+    assert not in_process
+    assert {e["attempt"] for e in nxt} == {1}
+    assert max(e["t_mono"] for e in cur) == 6.2  # generation 1's end is the old job's end
+    t = phases.derive(evs, 2)
+    f = {r["phase"]: r for r in t[t["scope"] == "failure"].to_dict("records")}
+    assert (f["restart"]["t0"], f["restart"]["t1"]) == (6.2, 8.0)
+    assert f["restore"]["kind"] == "jit" and f["restore"]["step"] == 3
+    (fm,) = compute(tmp_path, 4, 2).failures
+    assert not fm.in_process
+    assert fm.fallback == "no surviving replica holds a consistent state"
+    assert fm.restored_step == 3 and fm.replayed_steps == 0
+
 def test_a_write_fault_absorbed_by_a_background_writer_is_no_failure(tmp_path):
     """jit-inprocess: the backstop write after a recovery fails (EIO) and training goes
     on; that fault starts no failure episode. A fault followed by a failure does."""

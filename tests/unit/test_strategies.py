@@ -144,3 +144,57 @@ def test_every_registered_strategy_builds_from_its_config(name, tmp_path):
     st = cls(RuntimeConfig(strategy=name, interval=interval, ckpt_dir=str(tmp_path),
                            options=entry.default_options()))
     assert st.name == name or name.startswith(st.name)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("in_collective", [False, True])
+def test_a_kept_rank_whose_main_thread_never_returns_fails_itself(tmp_path, in_collective):
+    """After an in-process decision taken on the watchdog thread keeps this rank, its
+    main thread must come back to re-form. Stuck in its own code (it posted no
+    collective of its step) past the hang bound, the rank fails itself (``stuck``: it
+    saves its JIT part and leaves) and posts the failure of the generation it never
+    joined; waiting in its posted collective, the bound is ``sync_bound_s`` instead
+    (a leaving peer may save that long), and a main thread that returns ends the wait."""
+    import time
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from jitbench.runtime.inprocess.membership import Decision, Membership
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=timedelta(seconds=10))
+    exits: list[int] = []
+    rt, model, opt = one_rank_runtime(tmp_path, "jit-inprocess", exit_fn=exits.append,
+                                      sync_bound_s=600.0)
+    try:
+        strat = rt.strategy
+        strat.group = SimpleNamespace(membership=lambda main: Membership(store, 1))
+        rt.hang_bound_s = lambda: 0.2  # the watchdog's own hang bound stays 600 s
+        rt.begin_step(1)
+        if in_collective:
+            rt.mark_collective(1)
+        strat._expect_main(rt, Decision(gen=1, members={}, source=0, resume_step=0))
+        # five times the bound when it must not fire, else until it fires
+        deadline = time.monotonic() + (1.0 if in_collective else 20.0)
+        while not exits and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if in_collective:
+            assert exits == [] and Membership(store, 1).failure_posted(1) is None
+            strat._main_returned(rt)
+            time.sleep(0.5)
+            assert exits == []
+        else:
+            assert exits and exits[0] != 0
+            posted = Membership(store, 1).failure_posted(1)
+            assert posted["rank"] == 0 and "did not return" in posted["reason"]
+    finally:
+        rt.close()
+    evs = read_events(tmp_path / "ev")
+    stuck = [e for e in evs if e["event"] == "failure" and e["trigger"] == "stuck"]
+    assert len(stuck) == (0 if in_collective else 1)
+    if not in_collective:
+        assert stuck[0]["bound_s"] == 0.2 and stuck[0]["waited_s"] > 0.2
+        assert [e["kind"] for e in evs if e["event"] == "save" and e["phase"] == "end"] \
+            == ["jit"]

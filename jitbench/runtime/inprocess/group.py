@@ -61,6 +61,10 @@ class InProcessGroup:
         self.gen = 0
         self.rank = -1
         self.spare_id: int | None = None
+        self.joining = False
+        """A newcomer between its assignment and the end of the state transfer: it
+        holds no state, and a failure posted in its generation means the members it
+        waits for will not all come (:meth:`check` then ends it)."""
         self._reported: set[int] = set()
         self.state_ok: Callable[[], bool] = lambda: True
         self.completed: Callable[[], int] = lambda: 0
@@ -155,7 +159,8 @@ class InProcessGroup:
             return
         self._reported.add(gen)
         m.report(gen, Report(rank=self.rank, pid=os.getpid(), host=_host(),
-                             step_done=self.completed() if self.state_ok() else -1,
+                             step_done=(self.completed() if self.state_ok()
+                                        and not self.joining else -1),
                              posted=self.posted(), stuck=self.stuck()))
 
     def check(self) -> dict | None:
@@ -168,6 +173,14 @@ class InProcessGroup:
             if posted is None:
                 return None
             self.report(self._watch, gen)
+            if self.joining:
+                # blocked in the new generation's set-up or transfer with nothing to
+                # offer; leaving ends that wait (a member it waits for may never come:
+                # one that stayed stuck in its own code, stress chunk 20), and the
+                # next round replaces it like any failed member
+                return {"trigger": "join_failed", "save": False,
+                        "reason": f"generation {gen} failed while this newcomer joined "
+                                  f"it: {posted.get('reason', '')}"[:300]}
             if self._watch.evicted(gen, self.rank):
                 return {"trigger": "evicted", "save": False,
                         "reason": f"evicted as a hung rank in generation {gen}"}

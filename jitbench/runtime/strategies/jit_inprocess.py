@@ -95,6 +95,7 @@ class InProcessRecovery(Strategy):
         self.release: Callable[[], None] = lambda: None
         self.pending: Decision | None = None
         self.recoveries = 0
+        self._expecting: Callable[[], dict | None] | None = None  # see _expect_main
 
     def bind(self, rt: Runtime, group: InProcessGroup, rebuild: Callable[[], None],
              release: Callable[[], None] = lambda: None) -> None:
@@ -144,6 +145,8 @@ class InProcessRecovery(Strategy):
         """Agree on the new membership; None: recover in process (the main thread
         re-forms in :meth:`before_redo`), else an exit status (:meth:`leave_job`)."""
         g = self.group
+        if threading.current_thread() is threading.main_thread():
+            self._main_returned(rt)
         if g is None or trigger not in PEER_TRIGGERS:
             # not bound (no membership store), or this rank itself fails
             return self.leave_job(rt, trigger, phase)
@@ -161,7 +164,59 @@ class InProcessRecovery(Strategy):
             # the main thread is blocked in the old generation's collective; it returns
             # with an error once the failed rank is gone, and re-forms then
             _abort_blocked_collective()
+            self._expect_main(rt, dec)
         return None
+
+    def _expect_main(self, rt: Runtime, dec: Decision) -> None:
+        """Bound the main thread's return after a recovery decided on another thread.
+
+        The decision keeps this rank, so its main thread must come back from the
+        failed step (its collective errors or is aborted) and re-form. A main
+        thread that does not is hung in this rank's own code, not waiting for a
+        peer (a hung kernel, I/O, a deadlock before its collective; stress chunk
+        20, campaign 96: the last member, hung before its gradient collective,
+        had been judged the healthy source). It is bounded by the hang bound, or
+        by ``sync_bound_s`` while it waits in a collective
+        (:func:`_main_waits_in_collective`: a peer that leaves may first save for
+        that long). Past the bound this rank fails itself (trigger ``stuck``:
+        not a peer's failure, so it saves as a failed rank and leaves), after
+        posting a failure of the generation it never joined, so that its members
+        start the next round (a newcomer waiting for it gives up,
+        :meth:`~jitbench.runtime.inprocess.group.InProcessGroup.check`).
+        """
+        t0 = time.monotonic()
+        g = self.group
+
+        def check() -> dict | None:
+            if self._expecting is not check:
+                return None
+            waited = time.monotonic() - t0
+            waiting = _main_waits_in_collective(rt)
+            bound = rt.config.sync_bound_s if waiting else rt.hang_bound_s()
+            if waited <= bound:
+                return None
+            self._main_returned(rt)
+            reason = (f"its main thread did not return to re-form generation {dec.gen} "
+                      f"within {bound:.1f} s of the decision (blocked in its own code, "
+                      f"not in a collective)" if not waiting else
+                      f"its main thread stayed in a collective for {bound:.1f} s after "
+                      f"the decision of generation {dec.gen}")
+            try:
+                g.membership(False).post_failure(dec.gen, rt.rank, "hang",
+                                                 f"rank {rt.rank}: {reason}")
+            except Exception:  # noqa: BLE001 - the store gone: the harness is gone
+                pass
+            return {"trigger": "stuck", "reason": reason, "waited_s": waited,
+                    "bound_s": bound}
+
+        self._expecting = check
+        rt.add_check(check)
+
+    def _main_returned(self, rt: Runtime) -> None:
+        """The main thread is back (or the wait for it ended): stop bounding it."""
+        check, self._expecting = self._expecting, None
+        if check is not None:
+            rt.watchdog.remove_check(check)
 
     def leaves_on(self, trigger: str) -> bool:
         """Only this rank's own failures end its process; a peer's is recovered here."""
@@ -306,6 +361,24 @@ def receive(rt: Runtime, g: InProcessGroup, dec: Decision, broadcast_state,
     if opt is not None:
         opt.zero_grad(set_to_none=True)
     rt.watchdog.hang.expect_warm_up()  # the newcomer's first step
+
+
+def _main_waits_in_collective(rt: Runtime) -> bool:
+    """Whether the main thread waits in a collective (it returns once the collective's
+    failed peer has gone or the collective is aborted): it posted the gradient
+    collective of the step it is in (:meth:`Runtime.mark_collective`; the wait is
+    then in the autograd engine), or the innermost Python frame of its stack is
+    ``torch.distributed``'s or DDP's (a barrier, DDP's buffer broadcast, a
+    checkpoint's collective: their waits are in C++ called from there)."""
+    import sys
+
+    if rt.posted >= rt.step_in_progress:
+        return True
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    if frame is None:
+        return False
+    name = frame.f_code.co_filename.replace("\\", "/")
+    return "/torch/distributed/" in name or name.endswith("/torch/nn/parallel/distributed.py")
 
 
 def _consistent(rt: Runtime) -> bool:
