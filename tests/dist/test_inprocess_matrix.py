@@ -26,15 +26,18 @@ STEP = 5
 RECOVERED = {"kill", "term", "segfault", "exception", "exit", "nccl-hang", "nccl-timeout",
              "desync", "xid"}
 """A failure of one rank that the survivors recover in process (one failure, bitwise)."""
-NO_FAILURE = {"slow"}
-"""A straggler: the job goes on, nothing to recover."""
+NO_FAILURE = {"slow", "amp-backoff"}
+"""A straggler, a loss-scale backoff: the job goes on, nothing to recover."""
+NETWORK = {"link-flap", "link-slow", "partition"}
+"""Act on a namespaced node's own link: refused on a plain host with the reason (several
+namespaced nodes: tests/dist/test_netns.py)."""
 WRITES = {"eio", "enospc", "torn-write", "corrupt"}
 """Storage faults act on checkpoint files: refused alone (jit-inprocess writes only its
 backstop after a recovery), accepted with a failing fault that makes one."""
 
 
 def test_the_matrix_covers_the_catalog():
-    assert {f["name"] for f in faults.catalog()} == RECOVERED | NO_FAILURE | WRITES
+    assert {f["name"] for f in faults.catalog()} == RECOVERED | NO_FAILURE | WRITES | NETWORK
 
 
 @pytest.mark.parametrize("kind", sorted(RECOVERED))
@@ -47,6 +50,19 @@ def test_a_straggler_is_not_a_failure(tmp_path, shared_reference):
     s, _ = _run(tmp_path, shared_reference,
                 [FaultSpec("slow", 1, STEP, params={"delay_s": 0.2, "steps": 2})], spares=1)
     assert s["num_failures"] == 0 and s["state_equal"] is True and s["attempts"] == 1
+
+
+def test_a_loss_scale_backoff_is_not_a_failure(tmp_path, shared_reference):
+    s, _ = _run(tmp_path, shared_reference, [FaultSpec("amp-backoff", 1, STEP)], spares=1,
+                extra={"amp": "fp16"})
+    assert s["num_failures"] == 0 and s["state_equal"] is True and s["attempts"] == 1
+
+
+@pytest.mark.parametrize("kind", sorted(NETWORK))
+def test_network_faults_on_a_plain_host_are_refused_with_the_reason(kind):
+    spec = small_spec(12, faults=[FaultSpec(kind, 1, STEP)], strategy="jit-inprocess")
+    with pytest.raises(SpecError, match="namespaced node"):
+        spec.validate()
 
 
 @pytest.mark.parametrize("kind", sorted(WRITES))
