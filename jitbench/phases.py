@@ -269,12 +269,17 @@ def episode_events(evs: list[dict], fault: dict, key: str = "t_mono"
         # makes the next one carry the recovery)
         new = int(decided[0]["new_gen"])
         later = [e for e in evs if e["attempt"] == a and gen_of(e) >= new]
-        if any(e["event"] == "restore" and e["phase"] == "end" for e in later) \
-                or not restarted:
+        took = any(e["event"] == "restore" and e["phase"] == "end" and e.get("ok", True)
+                   for e in later)
+        if took or not restarted or any(
+                e["attempt"] == a and gen_of(e) >= new for e in failure_starts(evs)):
+            # (a failure of its own in those generations is the next episode, which
+            # the restart then recovers)
             return cur, later, True
         # no member of those generations took a state before the job fell back to a
-        # whole-job restart (a survivor stuck in its own code never re-formed: stress
-        # chunk 20): the restart recovered, from the end of the last of them
+        # whole-job restart, and nothing failed there of its own (a survivor stuck in
+        # its own code never re-formed: stress chunk 20): the restart recovered, from
+        # the end of the last of them
         cur = sorted(cur + later, key=lambda e: e[key])
     return cur, restarted, False
 

@@ -346,8 +346,7 @@ def main_inprocess(run_dir: Path, spec: RunSpec) -> int:
     restarted = spare and got.fresh  # a rank of a whole-job restart: init like one
     if restarted:
         events.emit("init", "begin")
-    newcomer = spare and not got.fresh
-    group.joining = newcomer
+    newcomer = spare and not got.fresh  # group.joining until it adopted the state
     try:
         group.init_process_group()
     except Exception as exc:  # noqa: BLE001 - a member of the generation never came
@@ -365,7 +364,6 @@ def main_inprocess(run_dir: Path, spec: RunSpec) -> int:
             _give_up(events, EXIT_BAD_CHECKPOINT, "restore", exc)
         except Exception as exc:  # noqa: BLE001 - the source failed during the transfer
             _give_up(events, EXIT_FAILURE, "join", exc)
-        group.joining = False
         job.wrap()
         first = rt.completed + 1  # the step after the state received
     else:

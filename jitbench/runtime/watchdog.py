@@ -119,6 +119,7 @@ class Watchdog:
         self._progress = progress
         self._fail = fail
         self._checks: list[Check] = []
+        self._checks_lock = threading.Lock()
         self._stop = threading.Event()
         self._prev_signals: tuple | None = None
         self._install_signals()
@@ -126,12 +127,16 @@ class Watchdog:
         self._thread.start()
 
     def add_check(self, check: Check) -> None:
-        """Poll ``check`` every tick (see :data:`Check`)."""
-        self._checks.append(check)
+        """Poll ``check`` every tick (see :data:`Check`). Any thread may add and remove
+        checks (the watchdog's own, from a check): the list is replaced, never changed
+        in place, under a lock, so a tick iterates over a list nobody changes."""
+        with self._checks_lock:
+            self._checks = [*self._checks, check]
 
     def remove_check(self, check: Check) -> None:
         """Stop polling ``check`` (absent: nothing happens)."""
-        self._checks = [c for c in self._checks if c != check]
+        with self._checks_lock:
+            self._checks = [c for c in self._checks if c != check]
 
     def is_current(self) -> bool:
         """Whether the calling thread is the watchdog thread."""

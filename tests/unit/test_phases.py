@@ -161,7 +161,9 @@ def test_an_in_process_decision_that_no_member_took_is_recovered_by_the_restart(
         g0 += [("step", "begin", s, {"step": s}),
                ("step", "end", s + 0.5, {"step": s, "dur_s": 0.5})]
     g0.append(("step", "begin", 4.0, {"step": 4}))
-    _events(ev, 0, 0, g0 + [("fault", "point", 4.1, {"kind": "kill", "step": 4})])
+    # the newcomer that took rank 0's place appends to rank 0's file of attempt 0
+    _events(ev, 0, 0, g0 + [("fault", "point", 4.1, {"kind": "kill", "step": 4}),
+                            ("failure", "point", 6.0, {"trigger": "join_failed", "gen": 1})])
     _events(ev, 0, 1, g0 + [
         ("failure", "compute", 4.5, {"trigger": "hang", "step": 4}),
         ("membership", "end", 4.6, {"new_gen": 1, "source": 1, "fallback": None,
@@ -169,9 +171,6 @@ def test_an_in_process_decision_that_no_member_took_is_recovered_by_the_restart(
         ("failure", "point", 5.0, {"trigger": "stuck", "step": 4, "in_phase": "recovery"}),
         ("save", "begin", 5.1, {"kind": "jit", "step": 3}),
         ("save", "end", 5.3, {"kind": "jit", "step": 3, "ok": True, "part": "p3"})])
-    _events(tmp_path / "e2", 0, 0, [
-        ("failure", "point", 6.0, {"trigger": "join_failed", "gen": 1})])
-    (tmp_path / "e2" / "attempt000_rank00000.jsonl").rename(ev / "spare_slot002_r000.jsonl")
     _events(ev, 0, -1, [("membership", "end", 6.2, {
         "gen": 1, "new_gen": 2, "source": None, "dead": [0, 1],
         "fallback": "no surviving replica holds a consistent state"})])
@@ -197,6 +196,18 @@ def test_an_in_process_decision_that_no_member_took_is_recovered_by_the_restart(
     assert not fm.in_process
     assert fm.fallback == "no surviving replica holds a consistent state"
     assert fm.restored_step == 3 and fm.replayed_steps == 0
+
+    # a failure of its own in generation 1 (here the newcomer killed at its restore
+    # point) is the next episode: the first stays the in-process one it was
+    with open(ev / "attempt000_rank00000.jsonl", "a") as fh:
+        fh.write(json.dumps({"event": "fault", "phase": "point", "t_wall": 5.9, "t_mono": 5.9,
+                             "rank": 0, "attempt": 0, "pid": 2, "host": "h", "gen": 1,
+                             "kind": "kill", "step": 4}) + "\n")
+    evs = phases.read_events(tmp_path)
+    starts = phases.failure_starts(evs)
+    assert [phases.gen_of(e) for e in starts] == [0, 1]
+    assert phases.episode_events(evs, starts[0])[2] is True
+    assert phases.episode_events(evs, starts[1])[2] is False
 
 def test_a_write_fault_absorbed_by_a_background_writer_is_no_failure(tmp_path):
     """jit-inprocess: the backstop write after a recovery fails (EIO) and training goes

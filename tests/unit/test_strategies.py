@@ -147,14 +147,17 @@ def test_every_registered_strategy_builds_from_its_config(name, tmp_path):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("in_collective", [False, True])
-def test_a_kept_rank_whose_main_thread_never_returns_fails_itself(tmp_path, in_collective):
+@pytest.mark.parametrize("case", ["own code", "in collective", "re-formed"])
+def test_a_kept_rank_whose_main_thread_never_returns_fails_itself(tmp_path, case):
     """After an in-process decision taken on the watchdog thread keeps this rank, its
     main thread must come back to re-form. Stuck in its own code (it posted no
     collective of its step) past the hang bound, the rank fails itself (``stuck``: it
     saves its JIT part and leaves) and posts the failure of the generation it never
     joined; waiting in its posted collective, the bound is ``sync_bound_s`` instead
-    (a leaving peer may save that long), and a main thread that returns ends the wait."""
+    (a leaving peer may save that long); a main thread that returns, or that has
+    joined the decided generation (it came back through ``before_redo``), ends the
+    wait."""
+    in_collective = case != "own code"
     import time
     from datetime import timedelta
     from types import SimpleNamespace
@@ -170,10 +173,11 @@ def test_a_kept_rank_whose_main_thread_never_returns_fails_itself(tmp_path, in_c
                                       sync_bound_s=600.0)
     try:
         strat = rt.strategy
-        strat.group = SimpleNamespace(membership=lambda main: Membership(store, 1))
+        strat.group = SimpleNamespace(membership=lambda main: Membership(store, 1),
+                                      gen=1 if case == "re-formed" else 0)
         rt.hang_bound_s = lambda: 0.2  # the watchdog's own hang bound stays 600 s
         rt.begin_step(1)
-        if in_collective:
+        if case == "in collective":
             rt.mark_collective(1)
         strat._expect_main(rt, Decision(gen=1, members={}, source=0, resume_step=0))
         # five times the bound when it must not fire, else until it fires
@@ -182,6 +186,7 @@ def test_a_kept_rank_whose_main_thread_never_returns_fails_itself(tmp_path, in_c
             time.sleep(0.05)
         if in_collective:
             assert exits == [] and Membership(store, 1).failure_posted(1) is None
+            assert (strat._expecting is None) == (case == "re-formed")
             strat._main_returned(rt)
             time.sleep(0.5)
             assert exits == []

@@ -106,6 +106,8 @@ class InProcessGroup:
         while True:
             got = self.members.wait_assignment(self.spare_id, timeout_s=poll_s * 10)
             if got is not None:
+                # a newcomer to a running generation holds no state until the transfer
+                self.joining = not got.fresh
                 self.gen, self.rank = got.gen, got.rank
                 self.members.join(got.gen, got.rank, spare=None if got.fresh else self.spare_id)
                 return got
@@ -172,15 +174,16 @@ class InProcessGroup:
             posted = self._watch.failure_posted(gen)
             if posted is None:
                 return None
-            self.report(self._watch, gen)
             if self.joining:
                 # blocked in the new generation's set-up or transfer with nothing to
                 # offer; leaving ends that wait (a member it waits for may never come:
                 # one that stayed stuck in its own code, stress chunk 20), and the
-                # next round replaces it like any failed member
+                # next round counts it dead (no report: a reporter is kept as a
+                # member) and replaces it like any failed member
                 return {"trigger": "join_failed", "save": False,
                         "reason": f"generation {gen} failed while this newcomer joined "
                                   f"it: {posted.get('reason', '')}"[:300]}
+            self.report(self._watch, gen)
             if self._watch.evicted(gen, self.rank):
                 return {"trigger": "evicted", "save": False,
                         "reason": f"evicted as a hung rank in generation {gen}"}

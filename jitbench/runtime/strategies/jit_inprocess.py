@@ -147,6 +147,8 @@ class InProcessRecovery(Strategy):
         g = self.group
         if threading.current_thread() is threading.main_thread():
             self._main_returned(rt)
+        if trigger == "stuck":
+            self._post_stuck(rt)
         if g is None or trigger not in PEER_TRIGGERS:
             # not bound (no membership store), or this rank itself fails
             return self.leave_job(rt, trigger, phase)
@@ -175,24 +177,32 @@ class InProcessRecovery(Strategy):
         thread that does not is hung in this rank's own code, not waiting for a
         peer (a hung kernel, I/O, a deadlock before its collective; stress chunk
         20, campaign 96: the last member, hung before its gradient collective,
-        had been judged the healthy source). It is bounded by the hang bound, or
-        by ``sync_bound_s`` while it waits in a collective
-        (:func:`_main_waits_in_collective`: a peer that leaves may first save for
-        that long). Past the bound this rank fails itself (trigger ``stuck``:
-        not a peer's failure, so it saves as a failed rank and leaves), after
-        posting a failure of the generation it never joined, so that its members
-        start the next round (a newcomer waiting for it gives up,
-        :meth:`~jitbench.runtime.inprocess.group.InProcessGroup.check`).
+        had been judged the healthy source). It is bounded by the hang bound, or,
+        while it waits in a collective (:func:`_main_waits_in_collective`: a peer
+        that leaves may first save), by the larger of that and ``sync_bound_s``.
+        Past the bound this rank fails itself (trigger ``stuck``: not a peer's
+        failure, so it saves as a failed rank and leaves) and, once that failure
+        stands, posts the failure of the generation it never joined
+        (:meth:`on_failure`), so that its members start the next round (a
+        newcomer waiting for it gives up,
+        :meth:`~jitbench.runtime.inprocess.group.InProcessGroup.check`). The
+        bound ends when the main thread is back (:meth:`on_failure`,
+        :meth:`before_redo`) or has joined ``dec.gen``.
         """
+        self._main_returned(rt)
         t0 = time.monotonic()
         g = self.group
 
         def check() -> dict | None:
             if self._expecting is not check:
                 return None
+            if getattr(g, "gen", -1) >= dec.gen:  # re-formed: it came back
+                self._main_returned(rt)
+                return None
             waited = time.monotonic() - t0
             waiting = _main_waits_in_collective(rt)
-            bound = rt.config.sync_bound_s if waiting else rt.hang_bound_s()
+            bound = (max(rt.config.sync_bound_s, rt.hang_bound_s()) if waiting
+                     else rt.hang_bound_s())
             if waited <= bound:
                 return None
             self._main_returned(rt)
@@ -201,13 +211,8 @@ class InProcessRecovery(Strategy):
                       f"not in a collective)" if not waiting else
                       f"its main thread stayed in a collective for {bound:.1f} s after "
                       f"the decision of generation {dec.gen}")
-            try:
-                g.membership(False).post_failure(dec.gen, rt.rank, "hang",
-                                                 f"rank {rt.rank}: {reason}")
-            except Exception:  # noqa: BLE001 - the store gone: the harness is gone
-                pass
             return {"trigger": "stuck", "reason": reason, "waited_s": waited,
-                    "bound_s": bound}
+                    "bound_s": bound, "never_joined": dec.gen}
 
         self._expecting = check
         rt.add_check(check)
@@ -218,14 +223,23 @@ class InProcessRecovery(Strategy):
         if check is not None:
             rt.watchdog.remove_check(check)
 
-    def leaves_on(self, trigger: str) -> bool:
-        """Only this rank's own failures end its process; a peer's is recovered here."""
-        return self.group is None or trigger not in PEER_TRIGGERS
+    def _post_stuck(self, rt: Runtime) -> None:
+        """This rank failed itself as ``stuck`` (:meth:`_expect_main`): post the failure
+        of the generation it never joined, so that its members start the next round."""
+        gen = rt.failure_info.get("never_joined")
+        if self.group is None or gen is None:
+            return
+        try:
+            self.group.membership(False).post_failure(
+                int(gen), rt.rank, "hang", f"rank {rt.rank}: {rt.failure_info.get('reason')}")
+        except Exception:  # noqa: BLE001 - the store gone: the harness is gone
+            pass
 
     def before_redo(self, rt: Runtime) -> int | None:
         """Re-form and take the source's state; a member failing meanwhile starts the
         next membership round (at most :data:`MAX_REFORMS`)."""
         dec, self.pending = self.pending, None
+        self._main_returned(rt)  # the main thread is here: nothing to bound
         if dec is None or self.group is None:
             return None
         for _ in range(MAX_REFORMS):
@@ -236,6 +250,7 @@ class InProcessRecovery(Strategy):
                            step=rt.completed, completed=rt.completed, error=error,
                            durable=True)
             dec = self._decide(rt, self.group.members, self.group.gen, "collective_error")
+            self._main_returned(rt)  # a watchdog decision meanwhile: this thread is back
             if dec.fallback is not None or rt.rank not in dec.members:
                 return self._leave(rt, dec, "collective_error", "reform")
         return self._leave(rt, dec, "collective_error", "reform")
@@ -357,6 +372,7 @@ def receive(rt: Runtime, g: InProcessGroup, dec: Decision, broadcast_state,
     # hang declared by the watchdog while the collective was only slow)
     rt.adopt(Loaded(got["state"], got["manifest"], int(got["step"]), kind,
                     str(got.get("source") or f"rank {dec.source}")))
+    g.joining = False  # a newcomer holds the state now
     opt = rt.boundary.reg.optimizer
     if opt is not None:
         opt.zero_grad(set_to_none=True)
