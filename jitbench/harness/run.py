@@ -333,6 +333,7 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     summary["final_checkpoint"] = final_checkpoint(evs)
     if summary["final_checkpoint"]:
         summary["final_checkpoint"]["ckpt_dir"] = str(spec.ckpt_dir or run_dir / "ckpt")
+    summary["failed_copies"] = failed_copies(evs)
     summary["slow_windows"] = m.slow_windows
     if m.slow_windows:
         vals = [w["step_s"] for w in m.slow_windows if w["step_s"] is not None]
@@ -405,13 +406,28 @@ def resumed_from(evs: list[dict], ckpt_dir: str | Path) -> dict | None:
             "ckpt_dir": str(ckpt_dir), "skipped": skipped}
 
 
+def failed_copies(evs: list[dict]) -> dict | None:
+    """``inmem``'s peer copies that did not reach their holder: ``{"count", "first"}``
+    (``first``: rank, step and error of the earliest), or None when none failed. A
+    holder that died takes a send with it (expected around a fault); a copy that
+    fails without one leaves the rank's state in one memory only."""
+    bad = sorted((e for e in evs if e["event"] == "copy" and e["phase"] == "end"
+                  and e.get("ok") is False), key=lambda e: e["t_wall"])
+    if not bad:
+        return None
+    e = bad[0]
+    return {"count": len(bad), "first": f"rank {e['rank']}, step {e.get('step')}: "
+                                        f"{e.get('error')}"}
+
+
 def decisions(summary: dict, entry: strategies.Entry) -> list[str]:
     """The recovery decisions of a run, one line each, as the console prints them
     under the summary table and ``summary.json`` keeps them (``decisions``): a resume
     from an earlier job's checkpoint, each checkpoint part the restore skipped and
     why, each failure whose JIT checkpoint was lost (what was restored instead,
     :func:`jitbench.harness.metrics.jit_fallback`) or whose in-process recovery fell
-    back to a restart, each interval ``periodic:auto`` chose (and whether the run
+    back to a restart, ``inmem``'s peer copies that failed (:func:`failed_copies`),
+    each interval ``periodic:auto`` chose (and whether the run
     ends before its next checkpoint), and whether a checkpoint was written at all
     under a strategy that writes only when a peer fails (``entry.writes ==
     "on_failure"``)."""
@@ -433,6 +449,10 @@ def decisions(summary: dict, entry: strategies.Entry) -> list[str]:
                        f"{f['fallback']}; restarted from the checkpoints")
         else:  # jit: the JIT checkpoint was lost, and what was restored (metrics.jit_fallback)
             out.append(str(f["fallback"]))
+    bad = summary.get("failed_copies")
+    if bad:
+        out.append(f"{bad['count']} in-memory copies did not reach their holder (first: "
+                   f"{bad['first']}); a failure rolls back to an older copy, or the disk")
     for a in summary.get("auto_intervals") or []:
         line = (f"periodic:auto chose a checkpoint every {a['interval']} steps at step "
                 f"{a['step']} (attempt {a['attempt']}): Young's interval "

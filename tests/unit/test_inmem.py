@@ -128,3 +128,43 @@ def test_expected_replay_counts_from_the_newest_copy_a_survivor_held_at_detectio
     evs.insert(6, _ev("failure", "point", 2.55, 1, 11, trigger="signal"))
     assert memory_copy_step(evs, evs, [1], 2.5, 0, "t_mono") == 4
     assert memory_copy_step([], [], [1], 2.5, 0, "t_mono") is None
+
+
+@pytest.mark.timeout(120)
+def test_a_copy_larger_than_the_stores_payload_limit_reaches_its_holder(tmp_path):
+    """torch's libuv TCPStore server refuses one value over 8 MiB and resets the
+    connection; the default GPT's copy (model + Adam moments) is larger, so every
+    peer copy after step 0 failed (a new-user trial). The courier sends pieces of at
+    most PIECE_BYTES; the holder reads the copy back whole, and the older copy's
+    pieces are dropped when a newer one arrives."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    from jitbench.runtime.events import EventLog, read_events
+    from jitbench.runtime.strategies import inmem
+
+    t = timedelta(seconds=30)
+    members = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=t)
+    memory = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=t)
+    members.set("inmem/g0/mem/1", f"127.0.0.1:{memory.port}")
+    events = EventLog(tmp_path / "ev" / "attempt000_rank00000.jsonl", 0, 0)
+    rt = SimpleNamespace(events=events, rank=0, world_size=2)
+    group = SimpleNamespace(gen=0, client=lambda: dist.TCPStore(
+        "127.0.0.1", members.port, is_master=False, wait_for_workers=False, timeout=t))
+    courier = inmem._Courier(rt, group, "127.0.0.1:1")
+    holder = SimpleNamespace(server=memory)
+    big = torch.arange(3 * inmem.PIECE_BYTES // 4 + 5, dtype=torch.float32)  # 3 pieces
+    for step in (3, 6):
+        courier.send({"state": {"w": big + step}, "meta": {}, "step": step}, disk=False)
+        courier.wait(60)
+        got = InMemory._held_copy(holder, 0, step)
+        assert got is not None and torch.equal(got["state"]["w"], big + step)
+    assert InMemory._held_copy(holder, 0, 3) is None  # latest is 6
+    assert not memory.check(["copy/0/3/0"]) and not memory.check(["copy/0/3/n"])
+    assert int(memory.get("copy/0/6/n")) == 4  # 12 MiB of floats + the pickle: 4 pieces
+    events.close()
+    ends = [e for e in read_events(tmp_path / "ev") if e["event"] == "copy"
+            and e["phase"] == "end"]
+    assert [e["ok"] for e in ends] == [True, True] and ends[0]["bytes"] > 8 << 20

@@ -433,6 +433,26 @@ def test_decisions_say_each_resume_skip_fallback_and_missing_checkpoint():
     assert final_checkpoint([{**save, "kind": "periodic", "phase": "end"}]) is None
 
 
+def test_failed_in_memory_copies_are_counted_and_said():
+    from jitbench.harness.run import decisions, failed_copies
+    from jitbench.runtime.strategies import REGISTRY
+
+    def copy(t, rank, step, ok, **kw):
+        return {"event": "copy", "phase": "end", "t_wall": t, "rank": rank, "step": step,
+                "ok": ok, **kw}
+
+    err = "DistNetworkError: Connection reset by peer"
+    evs = [copy(1.0, 0, 0, True), copy(2.0, 1, 3, False, error=err),
+           copy(3.0, 0, 3, False, error=err), {"event": "copy", "phase": "begin", "t_wall": 4}]
+    bad = failed_copies(evs)
+    assert bad == {"count": 2, "first": f"rank 1, step 3: {err}"}
+    assert failed_copies(evs[:1]) is None
+    s = {"completed": True, "num_failures": 0, "checkpoint_saves": 1, "failed_copies": bad}
+    assert decisions(s, REGISTRY["inmem"]) == [
+        f"2 in-memory copies did not reach their holder (first: rank 1, step 3: {err}); "
+        "a failure rolls back to an older copy, or the disk"]
+
+
 def test_decisions_say_each_interval_periodic_auto_chose():
     from jitbench.harness.run import decisions
     from jitbench.runtime.strategies import REGISTRY

@@ -34,9 +34,11 @@ Per copy (at the step end of every step that is a multiple of N, main thread):
    the training thread): the copy, serialised with :func:`torch.save`, is sent
    into the host memory of the holder: each rank runs a ``TCPStore`` server of
    its own (loopback, OS-chosen port, published in the membership store per
-   generation), and the sender ``set``\\ s ``copy/<rank>/<step>`` there, then
-   ``latest/<rank>``. The copy lives in the holder's process and dies with it;
-   a send cut off by a failure leaves the holder's previous copy intact.
+   generation), and the sender ``set``\\ s the copy there in pieces of at most
+   :data:`PIECE_BYTES` (``copy/<rank>/<step>/<i>``, then their count
+   ``copy/<rank>/<step>/n``), then ``latest/<rank>``. The copy lives in the
+   holder's process and dies with it; a send cut off by a failure leaves the
+   holder's previous copy intact.
 3. **Disk** (rank 0, every M-th copy; ``save`` begin/end, kind ``disk``): the same
    thread writes the own copy with :meth:`Runtime.write_checkpoint` (temp file,
    fsync, manifest last) after the send, and prunes older checkpoints.
@@ -103,6 +105,11 @@ KIND = "inmem"
 """``kind`` of the ``stage`` (own copy) and ``copy`` (peer copy) events."""
 DISK_KIND = "disk"
 """Checkpoint kind of the disk checkpoints (part names ``disk_stepSSSSSSSS_rankRRRRR``)."""
+PIECE_BYTES = 4 << 20
+"""Largest value one ``set`` into a holder's memory carries (bytes). torch's libuv
+``TCPStore`` server (the default since torch 2.4) refuses a payload over 8 MiB
+(``Invalid payload size``; observed with torch 2.14.1) and closes the connection,
+so a copy of a model of more than a few million parameters is sent in pieces."""
 STORE_TIMEOUT_S = 30.0
 """Timeout of a send into a holder's memory and of the lookup of its address (s): a
 holder that died refuses the connection at once; one that never published its address
@@ -218,7 +225,8 @@ class InMemory(InProcessRecovery):
         try:
             if not self.server.check([latest]) or int(self.server.get(latest)) != step:
                 return None
-            data = self.server.get(f"copy/{rank}/{step}")
+            n = int(self.server.get(f"copy/{rank}/{step}/n"))
+            data = b"".join(self.server.get(f"copy/{rank}/{step}/{i}") for i in range(n))
             return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         except Exception:  # noqa: BLE001 - an unreadable copy is no copy: send the own one
             return None
@@ -256,7 +264,8 @@ class _Courier:
         self.published: set[int] = set()
         self.store: Any = None  # this thread's membership client
         self.holder: tuple[str, Any] | None = None  # (address, client) of the holder
-        self.sent: dict[str, int] = {}  # holder address -> step of the copy kept there
+        # holder address -> (step, pieces) of the copy kept there
+        self.sent: dict[str, tuple[int, int]] = {}
         self.thread = threading.Thread(target=self._run, name="inmem-courier", daemon=True)
         self.thread.start()
 
@@ -325,12 +334,17 @@ class _Courier:
             torch.save({"state": copy["state"], "meta": copy["meta"], "step": step}, buf)
             data = buf.getvalue()
             client = self.holder[1]
-            client.set(f"copy/{rank}/{step}", data)
+            pieces = range(0, max(len(data), 1), PIECE_BYTES)
+            for i, at in enumerate(pieces):
+                client.set(f"copy/{rank}/{step}/{i}", data[at:at + PIECE_BYTES])
+            client.set(f"copy/{rank}/{step}/n", str(len(pieces)))  # complete from here
             client.set(f"latest/{rank}", str(step))
             old = self.sent.get(address)
-            if old is not None and old != step:
-                client.delete_key(f"copy/{rank}/{old}")
-            self.sent[address] = step
+            if old is not None and old[0] != step:
+                for key in [f"copy/{rank}/{old[0]}/{i}" for i in range(old[1])] + [
+                        f"copy/{rank}/{old[0]}/n"]:
+                    client.delete_key(key)
+            self.sent[address] = (step, len(pieces))
         except Exception as exc:  # noqa: BLE001 - the holder died: the copy is not kept there
             self.holder = None
             ev.emit("copy", "end", kind=KIND, step=step, to=holder, ok=False,
