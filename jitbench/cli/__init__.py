@@ -18,9 +18,9 @@ import typer
 
 from jitbench.cli import faults, gate, io, launch, model, overhead, report, run, sweep, validate
 from jitbench.cli.console import line
-from jitbench.errors import ExitStatus, JitbenchError
+from jitbench.errors import ExitStatus, InputError, JitbenchError
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "repeated_option"]
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None, no_args_is_help=True,
                   help="Fault-injection testbed and benchmark for JIT checkpointing.")
@@ -48,6 +48,35 @@ def _on_sigterm(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def repeated_option(args: list[str]) -> str | None:
+    """The one-line refusal of an option that takes one value and is given several
+    times in ``args`` (the command line after ``jitbench``), or None. Click keeps the
+    last value silently, so ``--fault kill --fault nccl-hang`` would inject only
+    ``nccl-hang``. A launched script's own arguments (after ``--``) are not read."""
+    group = typer.main.get_command(app)
+    names = [i for i, a in enumerate(args) if not a.startswith("-")]
+    cmd = group.commands.get(args[names[0]]) if names else None  # type: ignore[attr-defined]
+    if cmd is None:
+        return None
+    try:
+        parser = cmd.make_parser(cmd.context_class(cmd, info_name=args[names[0]],
+                                                   resilient_parsing=True))
+        _, _, order = parser.parse_args(args=list(args[names[0] + 1:]))
+    except Exception:  # noqa: BLE001 - click says what is wrong, on the real parse
+        return None
+    seen: dict[str, int] = {}
+    for p in order:  # every option each time it was given (typer's own click classes)
+        if (getattr(p, "param_type_name", "") == "option" and not p.multiple
+                and not p.is_flag and not p.count):
+            seen[p.name] = seen.get(p.name, 0) + 1
+    for p in cmd.params:
+        if seen.get(p.name, 0) > 1:
+            flag = max(p.opts, key=len)
+            extra = " (several faults: --scenario FILE)" if flag == "--fault" else ""
+            return f"{flag} was given {seen[p.name]} times; it takes one value{extra}"
+    return None
+
+
 def main() -> None:
     """Console-script entry point: maps errors to exit statuses, one line each.
 
@@ -58,6 +87,9 @@ def main() -> None:
     except ValueError:  # not the main thread (embedded use)
         pass
     try:
+        why = repeated_option(sys.argv[1:])
+        if why is not None:
+            raise InputError(why)
         # click returns (does not raise) a typer.Exit's status when not standalone
         rc = app(prog_name="jitbench", standalone_mode=False)
         if isinstance(rc, int) and rc:

@@ -37,6 +37,10 @@ from tests.conftest import one_line
     (["--steps", "many"], "Invalid value for '--steps'"),
     (["--hang-floor-s", "inf"], "--hang-floor-s must be a finite number > 0"),
     (["--fault-mtbf-steps", "1e-12"], "--fault-mtbf-steps: an MTBF of 1e-12 steps"),
+    # click keeps an option's last value: a second --fault was dropped silently
+    (["--fault", "kill", "--fault", "nccl-hang"],
+     "--fault was given 2 times; it takes one value (several faults: --scenario FILE)"),
+    (["--steps", "8", "--steps=9"], "--steps was given 2 times; it takes one value"),
 ])
 def test_bad_flags(jb, tmp_path, args, needle):
     code, err = jb("run", *args, "--run-dir", str(tmp_path / "r"))
@@ -465,3 +469,11 @@ def test_a_misspelt_name_gets_the_closest_one_and_negatives_are_refused(jb, args
 def test_no_suggestion_when_nothing_is_close(jb, name):
     code, err = jb("run", "--fault", name)
     assert code == 2 and "did you mean" not in one_line(err) and "one of none," in err
+
+
+def test_a_launched_scripts_own_repeated_arguments_are_not_refused():
+    """Only jitbench's options are counted: a script's arguments after ``--`` are its own."""
+    assert cli.repeated_option(["launch", "--fault", "kill", "--", "t.py", "--lr", "1",
+                                "--lr", "2", "--steps", "1", "--steps", "2"]) is None
+    assert cli.repeated_option(["launch", "--steps", "1", "--steps", "2", "--", "t.py"]) \
+        == "--steps was given 2 times; it takes one value"
