@@ -50,8 +50,9 @@ generation, in that generation of the same attempt (in process)
     restored); ``replay`` (the slowest restore's end -> the end of the last
     step completed before the fault; ``step`` that step); ``recovery`` (fault
     -> the end, on every rank, of the first step that had not completed before
-    the fault); ``stall`` (fault -> the first step end of *any* rank after it;
-    differs from ``recovery`` where survivors go on with fewer replicas).
+    the fault); ``stall`` (fault -> the first end, on *any* rank, of a step no
+    rank had completed before the fault; differs from ``recovery`` where
+    survivors go on with fewer replicas).
     In process (``jit-inprocess``), instead of ``restart``: ``reform`` (the first
     ``failure`` event -> the last member's ``transfer`` begin, when every
     member's new process group was usable) and ``transfer`` (first ``transfer``
@@ -370,8 +371,12 @@ def _episodes(evs: list[dict], key: str, spans: list[dict], world_size: int) -> 
 
 
 def _stall(evs: list[dict], key: str, tf: float, ep: dict) -> list[dict]:
-    """The ``stall`` row: fault -> the first step end of any rank after it."""
-    after = [e for e in evs if e["event"] == "step" and e["phase"] == "end" and e[key] > tf]
+    """The ``stall`` row: fault -> the first end, on any rank, of a step that no rank
+    had completed before the fault (a step a slower rank was still finishing when
+    its faster peer failed in the next one is no progress after the fault)."""
+    ends = [e for e in evs if e["event"] == "step" and e["phase"] == "end"]
+    top = max((e["step"] for e in ends if e[key] <= tf), default=0)
+    after = [e for e in ends if e[key] > tf and e["step"] > top]
     if not after:
         return []
     first = min(after, key=lambda e: e[key])
@@ -391,7 +396,8 @@ def _episodes_per_replica(evs: list[dict], key: str, spans: list[dict],
     -> ``init`` end of the same rank's next attempt; ``restore``: that attempt's
     restore span (``kind`` ``heal``: state from a live replica); ``replay``: 0 when
     the restored step is not behind the steps completed before the fault;
-    ``stall``: fault -> first step end of any rank; ``recovery``: fault -> the end,
+    ``stall``: fault -> first end, on any rank, of a step no rank had completed
+    before the fault; ``recovery``: fault -> the end,
     on every rank, of the first step that no rank had completed before the fault.
     """
     rows: list[dict] = []

@@ -36,9 +36,9 @@ first such fault; faults marked ``fails_job: false`` in their event, such as
   last checkpoint, ``none`` everything, ``jit`` the steps since its JIT save).
 - ``recovery_s``: fault -> the end (all ranks) of the first step that had not
   completed before the fault.
-- ``stall_s``: fault -> the first step end of *any* rank after the fault (a
-  survivor that goes on with fewer replicas, as under ``torchft``, ends it
-  long before ``recovery_s``).
+- ``stall_s``: fault -> the first end, on *any* rank, of a step that no rank had
+  completed before the fault (a survivor that goes on with fewer replicas, as
+  under ``torchft``, ends it long before ``recovery_s``).
 - In-process recovery (``jit-inprocess``, ``inmem``) has no ``restart_s``; instead
   ``reform_s`` (survivors leave the failed collective -> every member's new
   process group usable) and ``transfer_s`` (the state sent from a healthy
@@ -121,7 +121,7 @@ class FailureMetrics:
     fault_ranks: list = field(default_factory=list)
     """Ranks hit by failing faults of the episode."""
     stall_s: float | None = None
-    """Fault -> the first step end of any rank after it (s)."""
+    """Fault -> the first end, on any rank, of a step no rank had completed before it (s)."""
     memory_copy_step: int | None = None
     """``inmem``, recovered from memory: the newest in-memory copy a survivor held when
     the failure was detected (its ``stage`` end, kind ``inmem``, or a restore that

@@ -229,3 +229,28 @@ def test_a_write_fault_absorbed_by_a_background_writer_is_no_failure(tmp_path):
             {"event": "step", "phase": "end", "t_mono": 1.2, "attempt": 0, "rank": 0,
              "step": 3}]
     assert failing_faults(kill) == [kill[0]]  # its rank never went on
+
+
+def test_a_slower_rank_finishing_an_old_step_after_the_fault_is_no_stall_end(tmp_path):
+    """Rank 0 is killed in step 4 at 4.2 while rank 1 is still finishing step 3 (ends
+    4.25): that is no progress after the fault, so the stall runs to the first end of
+    step 4 after the restart (a new-user trial saw stall_s 0.01 s for a 28 s stall)."""
+    ev = tmp_path / "events"
+    for rank in (0, 1):
+        a0 = [("init", "end", 0.5, {})]
+        for s in (1, 2, 3):
+            end = s + 0.5 + (0.75 if rank == 1 and s == 3 else 0.0)
+            a0 += [("step", "begin", s, {"step": s}),
+                   ("step", "end", end, {"step": s, "dur_s": end - s})]
+        if rank == 0:
+            a0 += [("step", "begin", 4.0, {"step": 4}),
+                   ("fault", "point", 4.2, {"kind": "kill", "step": 4})]
+        _events(ev, 0, rank, a0)
+        _events(ev, 1, rank, [
+            ("init", "end", 8.0, {}), ("restore", "begin", 9.0, {}),
+            ("restore", "end", 9.1, {"step": 3, "kind": "jit"}),
+            ("step", "begin", 10.0, {"step": 4}),
+            ("step", "end", 10.5 + 0.1 * rank, {"step": 4, "dur_s": 0.5})])
+    t = phases.derive(phases.read_events(tmp_path), 2)
+    f = {r["phase"]: r for r in t[t["scope"] == "failure"].to_dict("records")}
+    assert (f["stall"]["t0"], f["stall"]["t1"], f["stall"]["step"]) == (4.2, 10.5, 4)
