@@ -445,8 +445,15 @@ def decisions(summary: dict, entry: strategies.Entry) -> list[str]:
         if not f.get("fallback"):
             continue
         if entry.launcher == "replicas":  # in process: why it restarted the job instead
-            out.append(f"the failure at step {f.get('fault_step')} (rank {f.get('fault_rank')}): "
-                       f"{f['fallback']}; restarted from the checkpoints")
+            ranks = f.get("fault_ranks") or [f.get("fault_rank")]
+            who = (f"rank {ranks[0]}" if len(ranks) == 1
+                   else "ranks " + ", ".join(str(r) for r in ranks))
+            step = f.get("restored_step")
+            whence = (f"step {step} ({f.get('restored_kind')} checkpoint)" if step
+                      else "step 0 (no checkpoint committed yet)" if step == 0
+                      else "the checkpoints")
+            out.append(f"the failure at step {f.get('fault_step')} ({who}): "
+                       f"{f['fallback']}; restarted from {whence}")
         else:  # jit: the JIT checkpoint was lost, and what was restored (metrics.jit_fallback)
             out.append(str(f["fallback"]))
     bad = summary.get("failed_copies")

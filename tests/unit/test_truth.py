@@ -414,6 +414,15 @@ def test_decisions_say_each_resume_skip_fallback_and_missing_checkpoint():
          "failures": [{"fault_step": 15, "fault_rank": 2, "fallback": gone}]}
     assert decisions(s, inproc) == [
         f"the failure at step 15 (rank 2): {gone}; restarted from the checkpoints"]
+    # what the restart restored, and every rank the failure hit (a new-user trial: "from
+    # the checkpoints" when none had been committed)
+    both = {"fault_step": 4, "fault_rank": 0, "fault_ranks": [0, 1], "fallback": gone}
+    assert decisions({**s, "failures": [{**both, "restored_step": 0}]}, inproc) == [
+        f"the failure at step 4 (ranks 0, 1): {gone}; restarted from step 0 (no checkpoint "
+        "committed yet)"]
+    assert decisions({**s, "failures": [{**both, "restored_step": 10,
+                                         "restored_kind": "disk"}]}, inproc) == [
+        f"the failure at step 4 (ranks 0, 1): {gone}; restarted from step 10 (disk checkpoint)"]
     assert decisions({**s, "failures": [{"fault_step": 15, "fallback": None}]}, periodic) == []
     plain = {"completed": True, "num_failures": 0, "checkpoint_saves": 0}
     assert decisions(plain, jit) == [
