@@ -169,6 +169,10 @@ class InProcessRecovery(Strategy):
             self._expect_main(rt, dec)
         return None
 
+    def leaves_on(self, trigger: str) -> bool:
+        """Only this rank's own failures end its process; a peer's is recovered here."""
+        return self.group is None or trigger not in PEER_TRIGGERS
+
     def _expect_main(self, rt: Runtime, dec: Decision) -> None:
         """Bound the main thread's return after a recovery decided on another thread.
 
