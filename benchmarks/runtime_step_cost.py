@@ -14,14 +14,16 @@ microseconds (µs):
   lines, ``strategy.at_boundary``): the runtime's whole per-step cost on the
   training thread is their sum (``begin + end``);
 - ``in the step end``: ``Boundary.refresh`` (the whole snapshot) as ``_end`` runs
-  it, and inside it each part where it runs (timers around the RNG capture, the
-  buffers' copy, the optimizer hyper-parameters, the LR scheduler and the CUDA
-  events' record): the split of ``rt_s`` by component;
+  it, and inside it each part where it runs (timers around the RNG capture and,
+  inside it, python's, numpy's and torch's CPU stream, the buffers' copy, the
+  optimizer hyper-parameters, the LR scheduler and the CUDA events' record):
+  the split of ``rt_s`` by component;
 - ``again right after``: the same parts timed once more at the same boundary,
   right after the step (the same calls the runtime makes, repeated outside the
   step), when the caches hold their code and data: ``Boundary.refresh`` and
-  inside it the RNG capture, the buffers' in-place copy, the optimizer
-  hyper-parameters, the LR scheduler, the data position; ``EventLog.emit`` of a
+  inside it the RNG capture (and torch's CPU stream alone), the buffers'
+  in-place copy, the optimizer hyper-parameters, the LR scheduler, the data
+  position; ``EventLog.emit`` of a
   step-end event (what the training thread pays for one event line) and, for
   reference, what encoding and writing a line costs (``json.dumps``;
   ``os.write`` to a scratch file), the work the event log's writer thread now
@@ -75,6 +77,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from jitbench.runtime import rng as rng_mod  # noqa: E402
 from jitbench.runtime import state as state_mod  # noqa: E402
 from jitbench.runtime.config import RuntimeConfig  # noqa: E402
 from jitbench.runtime.core import Runtime  # noqa: E402
@@ -134,11 +137,21 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
     # in situ: the snapshot's parts where _end runs them, timed only inside the step
     on = [False]
     situ: dict[str, list[float]] = {k: [] for k in (
-        "in the step end: Boundary.refresh", "  rng capture", "  buffers copy",
+        "in the step end: Boundary.refresh", "  rng capture", "    python's stream",
+        "    numpy's stream", "    torch's CPU stream", "  buffers copy",
         "  optimizer hyper-parameters", "  LR scheduler", "  CUDA events record")}
     b = rt.boundary
     b.refresh = _timed(situ["in the step end: Boundary.refresh"], b.refresh, on)
     state_mod.capture_rng_raw = _timed(situ["  rng capture"], capture_rng_raw, on)
+    # inside the RNG capture, each stream where it runs (module attributes that
+    # capture_rng_raw looks up at each call; an older tree without them: not split)
+    patched = []
+    for mod, name, row in ((rng_mod, "_python_state", "    python's stream"),
+                           (rng_mod, "_numpy_state", "    numpy's stream"),
+                           (torch, "get_rng_state", "    torch's CPU stream")):
+        if hasattr(mod, name):
+            patched.append((mod, name, getattr(mod, name)))
+            setattr(mod, name, _timed(situ[row], getattr(mod, name), on))
     for name, row in (("_buffers", "  buffers copy"), ("_hyper_params", "  optimizer hyper-parameters"),
                       ("_scheduler_state", "  LR scheduler")):
         if hasattr(b, name):  # an older tree's take() has no such parts: not split
@@ -146,7 +159,8 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
     if b.device_events.events:
         b.device_events.mark = _timed(situ["  CUDA events record"], b.device_events.mark, on)
     parts: dict[str, list[float]] = {k: [] for k in (
-        "again right after: Boundary.refresh", "  rng capture ", "  buffers copy ",
+        "again right after: Boundary.refresh", "  rng capture ", "    torch's CPU stream ",
+        "  buffers copy ",
         "  optimizer hyper-parameters ", "  LR scheduler ",
         "  data position (at a save, not per step)", "EventLog.emit (step end)", "  ref: json.dumps of the line",
         "  ref: os.write of the line")}
@@ -175,6 +189,7 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
         p["again right after: Boundary.refresh"].append(
             _once(lambda s=step: rt.boundary.refresh(s)))
         p["  rng capture "].append(_once(capture_rng_raw))
+        p["    torch's CPU stream "].append(_once(torch.get_rng_state))
         if bufs:
             p["  buffers copy "].append(_once(lambda: torch._foreach_copy_(bufs, live)))
         p["  optimizer hyper-parameters "].append(_once(lambda: [
@@ -190,6 +205,8 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
         p["  ref: json.dumps of the line"].append(_once(lambda r=rec: json.dumps(r)))
         p["  ref: os.write of the line"].append(_once(
             lambda r=rec: os.write(scratch, b'{"event": "step"}\n')))
+    for mod, name, fn in patched:
+        setattr(mod, name, fn)
     rt.finish()
     rt.close()
     events.close()
