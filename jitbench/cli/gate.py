@@ -34,7 +34,8 @@ def gate(
     """Compare RESULTS with a stored baseline; fail on a regression.
 
     Exit 4 if an invariant is broken, 5 on a timing regression, 6 if the
-    results are not comparable with the baseline."""
+    results are not comparable with the baseline, 2 if a table is unusable (not a
+    sweep's results, or a timing that is not empty or a number of seconds >= 0)."""
     for flag, v in (("--tolerance", tolerance), ("--floor-s", floor_s)):
         if not (math.isfinite(v) and v >= 0):
             raise SpecError(f"{flag} must be a finite number >= 0, got {v}")
@@ -48,7 +49,8 @@ def gate(
     new_t = load_results(results, require=need, what="sweep results")
     try:
         verdict = g.compare(base_t, new_t, tolerance=tolerance, floor_s=floor_s,
-                            strict_machine=strict_machine)
+                            strict_machine=strict_machine,
+                            names=(f"--baseline {_shown(baseline)}", str(_shown(results))))
     except IncomparableError as exc:
         console.line(f"error: incomparable results: {exc}")
         raise typer.Exit(int(ExitStatus.INCOMPARABLE)) from None
@@ -61,3 +63,11 @@ def gate(
         raise typer.Exit(int(ExitStatus.INCORRECT))
     if verdict.regressions:
         raise typer.Exit(int(ExitStatus.REGRESSION))
+
+
+def _shown(path: Path) -> Path:
+    """The table file a gate argument names: the file itself, or a directory's results
+    table (:func:`jitbench.records.find_table`), for messages."""
+    from jitbench.records import find_table
+
+    return (find_table(path) or path) if path.is_dir() else path

@@ -19,9 +19,18 @@ import typer
 from jitbench.cli import console
 from jitbench.cli.console import cell
 from jitbench.cli.options import csv_list
+from jitbench.cli.outfile import check_dir, check_output, csv_header_is, json_has_keys
 from jitbench.errors import InputError, unknown
 
 CSV_COLUMNS = ("what", "mb", "seconds", "mb_s", "ratio", "repeats")
+"""Header of the ``--csv`` table (an existing file with another header is never replaced)."""
+META_KEYS = ("size", "repeats", "replicas", "block_bytes")
+"""Keys every ``.meta.json`` that ``io`` writes has (another file there is never replaced)."""
+
+
+def _meta_path(out_csv: Path) -> Path:
+    """The machine record written beside the ``--csv`` table: ``<csv>.meta.json``."""
+    return Path(f"{out_csv}.meta.json")
 
 
 def parse_replicas(text: str) -> tuple[int, ...]:
@@ -63,7 +72,8 @@ def io(
 
     Measures the disk's sequential write+fsync and read bandwidth on the checkpoint
     directory, then jitbench's JIT save, restore, the periodic baselines and the split
-    save of R writers, each with its ratio to the disk."""
+    save of R writers, each with its ratio to the disk. Every output path is checked
+    first; --csv never replaces a file that is not an earlier io table (or .meta.json)."""
     from jitbench.workloads.gpt import SIZES
 
     if size not in SIZES:
@@ -78,6 +88,14 @@ def io(
                          "directory: the benchmark writes and removes its own files there)")
     if ckpt_dir is None and not run_dir.is_dir():
         raise InputError(f"--run-dir {run_dir} is not a directory")
+    # every output is checked before the state is built and measured (minutes): a path
+    # that cannot be written, or a file recorded by something else, is refused now
+    check_dir(ckpt_dir if ckpt_dir is not None else run_dir,
+              "--ckpt-dir" if ckpt_dir is not None else "--run-dir")
+    if out_csv is not None:
+        check_output(out_csv, "--csv", csv_header_is(CSV_COLUMNS), "jitbench io table", "io")
+        check_output(_meta_path(out_csv), "--csv", json_has_keys(META_KEYS),
+                     "jitbench io machine record (.meta.json)", "io")
 
     import torch
 
@@ -107,12 +125,16 @@ def io(
             "wall_s": round(time.time() - t0, 1)}
     dicts = iobench.rows_dicts(rows)
     if out_csv is not None:
-        with open(out_csv, "w", newline="") as fh:
-            w = csv.DictWriter(fh, CSV_COLUMNS)
-            w.writeheader()
-            for r in dicts:
-                w.writerow({**r, "repeats": " ".join(f"{x:.3f}" for x in r["repeats"])})
-        Path(f"{out_csv}.meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        try:
+            with open(out_csv, "w", newline="") as fh:
+                w = csv.DictWriter(fh, CSV_COLUMNS)
+                w.writeheader()
+                for r in dicts:
+                    w.writerow({**r, "repeats": " ".join(f"{x:.3f}" for x in r["repeats"])})
+            _meta_path(out_csv).write_text(json.dumps(meta, indent=1) + "\n")
+        except OSError as exc:  # changed since the check: still one line, exit 2
+            raise InputError(f"--csv: cannot write {exc.filename or out_csv}: "
+                             f"{exc.strerror or exc}") from None
     if as_json:
         print(json.dumps({"machine": meta, "rows": dicts}))
         return

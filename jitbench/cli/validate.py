@@ -23,9 +23,14 @@ def validate(
 ) -> None:
     """Model-predicted vs measured wasted GPU time.
 
-    For the measured fault campaigns of RESULTS (a sweep with Poisson faults)."""
-    from jitbench.reports.validate import load_results, validation_table
+    For the measured fault campaigns of RESULTS (a sweep with Poisson faults).
+    --csv never replaces a file that is not an earlier validate table."""
+    from jitbench.cli.outfile import check_output, csv_header_is
+    from jitbench.reports.validate import COLUMNS, load_results, validation_table, why_empty
 
+    if csv_path is not None:  # before anything is read: nothing recorded is replaced
+        check_output(csv_path, "--csv", csv_header_is(COLUMNS), "jitbench validate table",
+                     "validate")
     try:
         runs, failures = load_results(results)
     except (FileNotFoundError, ValueError, OSError) as exc:
@@ -33,7 +38,7 @@ def validate(
         raise InputError(msg if str(results) in msg else f"{results}: {msg}") from None
     table = validation_table(runs, failures)
     if table.empty:
-        raise InputError(f"{results}: no run with a failure to validate against")
+        raise InputError(f"{results}: {why_empty(runs, failures)}")
     if csv_path is not None:
         try:
             table.to_csv(csv_path, index=False)

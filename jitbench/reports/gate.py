@@ -26,7 +26,12 @@
 2. **Invariants, exactly** (exit 4 when broken), on every row of the results:
    the run completed, ``state_equal`` is true, and ``replay_ok`` is true (the
    restore replayed exactly the steps since the newest committed checkpoint,
-   and under ``jit`` at most one step per failure).
+   and under ``jit`` at most one step per failure). Each only where the run
+   promised it: a row whose ``bitwise_promised`` is false (a launched script's
+   own recovery, ``own``; a peer that trains on with fewer replicas) has its
+   ``state_equal`` reported, not judged, and one whose ``replay_promised`` is
+   false (``own``) its replay; an empty cell or a table without the column
+   promises (the built-in strategies), as in :func:`jitbench.records.verdict`.
 
 3. **Timings, as ratios with a noise-aware tolerance** (exit 5 on a
    regression), per configuration and metric (:data:`TIMINGS`): with ``b`` the
@@ -44,17 +49,21 @@
    regression too: a lost measurement never passes.
 
 A table without the columns these checks read (:data:`INVARIANT_COLUMNS`,
-:data:`TIMINGS`) is incomparable, never a pass.
+:data:`TIMINGS`) is incomparable, never a pass. A timing cell that is neither
+empty (a run without a failure has no recovery to time) nor a finite number of
+seconds >= 0 (``-5``, ``abc``, ``inf``) makes the table unusable: refused as bad
+input (:class:`jitbench.errors.InputError`, exit 2), never compared or dropped.
 
 One line per regressed metric and per broken invariant is printed.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 
-from jitbench.errors import IncomparableError
+from jitbench.errors import IncomparableError, InputError
 
 TIMINGS = ("detect_s", "save_s", "restart_s", "restore_s", "recovery_s", "wasted_gpu_s",
            "step_s")
@@ -179,6 +188,67 @@ def _truthy(v) -> bool:
     return v is True or v == 1
 
 
+def _says_false(v) -> bool:
+    """``v`` is an explicit false (bool, numpy bool, 0, or the text ``False``); an empty
+    cell (None, NaN, missing column) is not: it promises, as :func:`_truthy` judges."""
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, str):
+        return v.strip().lower() in ("false", "0")
+    return v is False or (isinstance(v, int | float) and not isinstance(v, bool) and v == 0)
+
+
+def _empty(v) -> bool:
+    """A cell that holds nothing: None, NaN, pandas NA, or blank text."""
+    if v is None:
+        return True
+    if isinstance(v, str):
+        return not v.strip()
+    try:
+        return bool(v != v)  # NaN (float, numpy), pd.NA raises TypeError
+    except TypeError:
+        return True
+
+
+def check_timings(t, name: str = "results") -> None:
+    """Refuse a table with a timing cell that is not a measurement.
+
+    Every cell of the :data:`TIMINGS` columns that ``t`` has must be empty (None,
+    NaN, blank: a run without a failure times no recovery) or a finite number of
+    seconds (GPU-seconds for ``*_gpu_s``) >= 0.
+
+    Args:
+        t: a results table (pandas DataFrame, one row per run).
+        name: how the message names the table (its file, or ``baseline``).
+
+    Raises:
+        InputError: the first bad cell, in one line naming ``name``, the 1-based
+            row (the header not counted), its configuration and repeat, the column
+            and the value (exit status 2).
+    """
+    for m in TIMINGS:
+        if m not in t.columns:
+            continue
+        for i, (idx, v) in enumerate(t[m].items(), start=1):
+            if _empty(v):
+                continue
+            x = v.item() if hasattr(v, "item") else v
+            try:
+                ok = not isinstance(x, bool) and math.isfinite(float(x)) and float(x) >= 0
+            except (TypeError, ValueError):
+                ok = False
+            if ok:
+                continue
+            row = t.loc[idx]
+            where = "/".join(str(row[k]) for k in KEY if k in t.columns)
+            if "repeat" in t.columns and not _empty(row["repeat"]):
+                where += f" repeat {row['repeat']}"
+            unit = "GPU-seconds" if m.endswith("gpu_s") else "seconds"
+            raise InputError(f"{name}: row {i}{f' ({where})' if where else ''}: {m} is "
+                             f"{x!r}; a timing must be empty or a finite number of {unit} "
+                             ">= 0 (a corrupt table: nothing compared)")
+
+
 def _version(x) -> str:
     """A recorded peer version as text; a missing one (None in parquet, NaN or an empty
     cell in CSV) is ``absent`` whichever format it was read from."""
@@ -217,7 +287,8 @@ def _check_peer_versions(baseline, results, v) -> None:
 
 
 def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
-            strict_machine: bool = False) -> Verdict:
+            strict_machine: bool = False,
+            names: tuple[str, str] = ("baseline", "results")) -> Verdict:
     """Compare two results tables (pandas DataFrames, one row per run).
 
     Args:
@@ -226,9 +297,13 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
         tolerance: allowed growth of a median beyond the noise band (0.5: +50%).
         floor_s: absolute slack (s) below which a slower timing is within noise.
         strict_machine: also require the same host name and CPU count.
+        names: how messages name the baseline and the results (their files).
 
     Raises:
-        Incomparable: a comparability key differs (see the module docstring).
+        Incomparable: a comparability key differs, or a table lacks a column the
+            checks read (see the module docstring; exit status 6).
+        InputError: a timing cell is not empty and not a finite number >= 0
+            (:func:`check_timings`; exit status 2).
     """
     import pandas as pd
 
@@ -239,6 +314,8 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
         for k in (*KEY, "spec_hash", "results_version", *MACHINE_KEYS, *INVARIANT_COLUMNS,
                   *TIMINGS):
             _col(t, k)
+    for name, t in zip(names, (baseline, results), strict=True):
+        check_timings(t, name)
     bv, rv = set(_col(baseline, "results_version")), set(_col(results, "results_version"))
     if bv != rv or len(bv) != 1:
         raise Incomparable(f"results_version {sorted(rv)} vs baseline {sorted(bv)}")
@@ -285,7 +362,8 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
     if one_sided:
         v.notes.append(f"spec fields on one side only (skipped): {', '.join(sorted(one_sided))}")
 
-    # invariants, exactly
+    # invariants, exactly, where the run promised them (module docstring, step 2)
+    unjudged: dict[str, set[str]] = {}
     for _, r in results.iterrows():
         cfg = _config(r)
         if "repeat" in results.columns and pd.notna(r.get("repeat")):
@@ -293,7 +371,12 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
         if not _truthy(r["completed"]):
             v.checks.append(Check(cfg, "completed", "violation", detail="the run did not complete"))
             continue
-        if not _truthy(r["state_equal"]):
+        bitwise = not _says_false(r.get("bitwise_promised"))
+        replay = not _says_false(r.get("replay_promised"))
+        for what, promised in (("state_equal", bitwise), ("replayed_steps", replay)):
+            if not promised:
+                unjudged.setdefault(what, set()).add(_config(r))
+        if bitwise and not _truthy(r["state_equal"]):
             v.checks.append(Check(cfg, "state_equal", "violation",
                                   detail=(f"false (max_abs_diff {r.get('max_abs_diff')})"
                                           if pd.notna(r["state_equal"]) else "not recorded")))
@@ -302,12 +385,16 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
             v.checks.append(Check(cfg, "unfired_faults", "violation",
                                   detail=f"{int(r['unfired_faults'])} planned fault(s) never "
                                          "fired: nothing was measured for them"))
-        if not _truthy(r["replay_ok"]):
+        if replay and not _truthy(r["replay_ok"]):
             v.checks.append(Check(cfg, "replayed_steps", "violation",
                                   detail=f"replayed {r.get('replayed_steps')}, expected "
                                          f"{r.get('expected_replayed_steps')}"
                                          + (" (jit: at most 1 per failure)"
                                             if r["strategy"] == "jit" else "")))
+
+    for what, cfgs in sorted(unjudged.items()):
+        v.notes.append(f"{what} reported, not judged (the strategy promises nothing about "
+                       f"it): {', '.join(sorted(cfgs))}")
 
     # timings, as ratios with a noise-aware tolerance
     for k in rh.index:

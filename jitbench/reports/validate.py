@@ -133,6 +133,60 @@ def predict_run(run: pd.Series, phases: dict[str, float]) -> float | None:
     return None
 
 
+COVERED = ("jit", "none", "periodic:N", "periodic-async:N")
+"""The strategies :func:`predict_run` predicts (``N``: the checkpoint interval in steps)."""
+
+
+def covers(strategy: str) -> bool:
+    """Whether :func:`predict_run` has a model of ``strategy`` (:data:`COVERED`): ``jit``,
+    ``none``, or a ``periodic*:N`` strategy with an interval of N steps."""
+    strategy = str(strategy)
+    return (strategy in ("jit", "none")
+            or (strategy.startswith("periodic") and _interval(strategy) is not None))
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def why_empty(runs: pd.DataFrame, failures: pd.DataFrame) -> str:
+    """Why :func:`validation_table` of these runs has no row, in one line (for the
+    error message): no run had a failure; the runs with a failure are all under
+    strategies the model does not cover (:data:`COVERED`; e.g. ``own``, a script's own
+    recovery); or the covered ones lack what the model needs (a measured
+    ``wasted_gpu_s``, the step time or a phase cost). Several causes are joined by
+    ``;``. Call it only when the table is empty."""
+    if runs.empty or "num_failures" not in runs.columns or "strategy" not in runs.columns:
+        return "no run with a failure to validate against"
+    faulty = runs[pd.to_numeric(runs["num_failures"], errors="coerce").fillna(0) > 0]
+    if faulty.empty:
+        return (f"no run with a failure to validate against ({_plural(len(runs), 'run')}, "
+                "none with num_failures > 0)")
+    strategies = faulty["strategy"].astype(str)
+    other = faulty[~strategies.map(covers)]
+    causes = []
+    if len(other):
+        names = sorted(set(other["strategy"].astype(str)))
+        causes.append(f"{_plural(len(other), 'run')} with a failure under strategy "
+                      f"{', '.join(names)}, which the model does not predict (it covers: "
+                      f"{', '.join(COVERED)})")
+    covered = faulty[strategies.map(covers)]
+    if len(covered):
+        unmeasured = sum(_num(r, "wasted_gpu_s") is None for _, r in covered.iterrows())
+        needs = f"the step time or a phase cost the model needs (step_s, {', '.join(PHASES)})"
+        if unmeasured == len(covered):
+            what = "none with a measured wasted_gpu_s (a failure that did not recover)"
+        elif unmeasured:
+            what = (f"{unmeasured} without a measured wasted_gpu_s (a failure that did not "
+                    f"recover), the others without {needs}")
+        else:
+            what = f"without {needs}"
+        causes.append(f"{_plural(len(covered), 'run')} with a failure under "
+                      f"{', '.join(sorted(set(covered['strategy'].astype(str))))}, {what}")
+    head = "no run the model can predict" if len(covered) else "no run the model covers"
+    return f"{head}: " + "; ".join(causes)
+
+
 PHASES = ("detect_s", "save_s", "restart_s", "restore_s")
 
 

@@ -1,0 +1,211 @@
+"""``gate``, ``validate`` and ``io`` on the input of a new-user pass (2026-12-03).
+
+Found: ``gate`` judged a script's own recovery (``own``), which promises nothing
+(exit 4 against itself); ``validate --csv`` and ``io --csv`` replaced a run's records
+(exit 0); ``io --csv`` into a missing directory failed only after measuring (internal
+error, exit 1); ``validate`` of ``own`` runs said there was no failure; ``gate``
+compared negative timings and dropped non-numeric ones.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from jitbench.errors import InputError
+from jitbench.reports import gate as g
+from jitbench.reports.validate import validation_table
+from tests.conftest import one_line
+
+
+def _rows(n_rep=2, own=True):
+    rows = []
+    strategies = (("own", "jit") if own else ("jit",))
+    for strategy in strategies:
+        for rep in range(n_rep):
+            row = {"workload": "script:mytrain.py", "strategy": strategy, "fault": "kill",
+                   "repeat": rep, "spec_hash": f"h-{strategy}", "results_version": 1,
+                   "machine_torch": "2.14.1", "machine_host": "a", "machine_cpus": 2,
+                   "world_size": 2, "completed": True, "state_equal": True,
+                   "replay_ok": True, "replayed_steps": 0, "expected_replayed_steps": 0,
+                   "replay_promised": True, "bitwise_promised": True,
+                   "detect_s": 0.1, "save_s": 0.05, "restart_s": 3.0 + rep,
+                   "restore_s": 0.1, "recovery_s": 4.0 + rep, "wasted_gpu_s": 9.0,
+                   "step_s": 0.05, "num_failures": 1, "run_dir": f"runs/{strategy}-{rep}"}
+            if strategy == "own":  # the script's own recovery: nothing promised
+                row.update(replay_ok=None, expected_replayed_steps=None, replayed_steps=5,
+                           state_equal=False, replay_promised=False, bitwise_promised=False)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- 1: gate judges promises
+def test_gate_judges_invariants_only_where_the_run_promised_them(jb, tmp_path):
+    """A ``sweep --script`` under ``own`` passes the gate against itself (it used to fail
+    with 'replayed 5, expected None', exit 4); a broken promise is still a violation."""
+    t = _rows()
+    v = g.compare(t, t)
+    assert not v.violations, v.lines()
+    assert v.lines()[-1].startswith("gate: PASS")
+    assert any("replayed_steps reported, not judged" in n and "script:mytrain.py/own/kill" in n
+               for n in v.notes)
+    # the same table as a sweep writes it (CSV: booleans as text, empty cells), end to end
+    csv = tmp_path / "results.csv"
+    t.to_csv(csv, index=False)
+    code, err = jb("gate", "--baseline", str(csv), str(csv))
+    assert code == 0, err
+    # where the run promised them (jit; an empty promise cell: a built-in strategy),
+    # the invariants stay exact
+    bad = _rows()
+    bad.loc[bad.strategy == "jit", "replay_ok"] = False
+    bad["bitwise_promised"] = bad["bitwise_promised"].astype(object)
+    bad.loc[bad.strategy == "jit", "bitwise_promised"] = None
+    bad.loc[bad.strategy == "jit", "state_equal"] = False
+    got = {(c.config, c.metric) for c in g.compare(t, bad).violations}
+    assert got == {(f"script:mytrain.py/jit/kill (repeat {r})", m)
+                   for r in (0, 1) for m in ("replayed_steps", "state_equal")}
+    # a table without the promise columns (older sweeps): every run promises
+    old = t.drop(columns=["replay_promised", "bitwise_promised"])
+    assert {c.metric for c in g.compare(old, old).violations} == {"replayed_steps",
+                                                                   "state_equal"}
+
+
+# ---------------------------------------------------------------- 5: gate timings
+@pytest.mark.parametrize("value", [-5.0, "abc", float("inf")])
+@pytest.mark.parametrize("side", ["baseline", "results"])
+def test_gate_refuses_a_timing_that_is_not_a_measurement(jb, tmp_path, value, side):
+    """Negative, infinite or non-numeric timings are refused in one line naming the
+    file, row, run and column (exit 2); empty timings (no failure) are accepted."""
+    good = _rows()
+    good.loc[0, "recovery_s"] = None  # legitimately empty: accepted
+    bad = good.copy()
+    bad["recovery_s"] = bad["recovery_s"].astype(object)
+    bad.loc[2, "recovery_s"] = value
+    gp, bp = tmp_path / "good.csv", tmp_path / "bad.csv"
+    good.to_csv(gp, index=False)
+    bad.to_csv(bp, index=False)
+    before = bp.read_bytes()
+    args = (("--baseline", str(bp), str(gp)) if side == "baseline"
+            else ("--baseline", str(gp), str(bp)))
+    code, err = jb("gate", *args)
+    line = one_line(err)
+    assert code == 2, err
+    assert str(bp) in line and "row 3 (script:mytrain.py/jit/kill repeat 0)" in line
+    assert "recovery_s is" in line and "finite number of seconds >= 0" in line
+    assert (side == "baseline") == ("--baseline" in line)
+    assert bp.read_bytes() == before
+    with pytest.raises(InputError, match="recovery_s"):
+        g.compare(good, bad) if side == "results" else g.compare(bad, good)
+    assert g.compare(good, good).lines()[-1].startswith("gate: PASS")
+    code, err = jb("gate", "--baseline", str(gp), str(gp))
+    assert code == 0, err
+
+
+# ---------------------------------------------------------------- 2, 3: output files
+def _run_dir(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    _rows(n_rep=1, own=False).to_csv(run / "records.csv", index=False)
+    pd.DataFrame([{"run_dir": str(run), "detect_s": 0.1, "save_s": 0.05, "restart_s": 3.0,
+                   "restore_s": 0.1}]).to_csv(run / "failures.csv", index=False)
+    return run
+
+
+def test_validate_csv_never_replaces_a_file_it_did_not_write(jb, tmp_path):
+    run = _run_dir(tmp_path)
+    rec = run / "records.csv"
+    before = rec.read_bytes()
+    code, err = jb("validate", str(run), "--csv", str(rec))
+    assert code == 2 and "exists and is not a jitbench validate table" in one_line(err)
+    assert rec.read_bytes() == before
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    code, err = jb("validate", str(run), "--csv", str(notes))
+    assert code == 2 and notes.read_text() == "mine\n"
+    for target, needle in ((tmp_path / "no" / "v.csv", "does not exist"),
+                           (tmp_path, "is a directory"), (rec / "v.csv", "not a directory")):
+        code, err = jb("validate", str(run), "--csv", str(target))
+        assert code == 2 and one_line(err).startswith(f"error: --csv: cannot write {target}")
+        assert needle in err
+    # its own earlier output (and an empty file) may be replaced
+    out = tmp_path / "v.csv"
+    for _ in range(2):
+        code, err = jb("validate", str(run), "--csv", str(out))
+        assert code == 0, err
+    assert out.read_text().startswith("workload,strategy,fault,runs")
+    empty = tmp_path / "empty.csv"
+    empty.touch()
+    assert jb("validate", str(run), "--csv", str(empty))[0] == 0
+
+
+def test_io_checks_every_output_before_measuring(jb, tmp_path, monkeypatch):
+    """Refused in one line, exit 2, before the state is built: nothing is measured."""
+    from jitbench.harness import iobench
+
+    def never(*a, **k):
+        raise AssertionError("measured before the output paths were checked")
+
+    monkeypatch.setattr(iobench, "make_state", never)
+    run = _run_dir(tmp_path)
+    rec = run / "records.csv"
+    before = rec.read_bytes()
+    base = ("io", "--size", "tiny", "--repeats", "1", "--replicas", "1")
+    meta_of_other = tmp_path / "x.csv.meta.json"
+    meta_of_other.write_text('{"mine": 1}\n')
+    cases = [
+        (("--csv", "/nonexistent/dir/io.csv"),
+         "error: --csv: cannot write /nonexistent/dir/io.csv: its directory /nonexistent/dir "
+         "does not exist"),
+        (("--csv", str(tmp_path)), "is a directory"),
+        (("--csv", str(rec)), "exists and is not a jitbench io table"),
+        (("--csv", str(tmp_path / "x.csv")), "x.csv.meta.json exists and is not a jitbench io"),
+        (("--ckpt-dir", str(rec / "ck")), f"--ckpt-dir: cannot write {rec / 'ck'}"),
+        (("--run-dir", "/proc/self/nope"), "--run-dir /proc/self/nope is not a directory"),
+    ]
+    for args, needle in cases:
+        code, err = jb(*base, *args)
+        assert code == 2 and needle in one_line(err), (args, err)
+    assert rec.read_bytes() == before and json.loads(meta_of_other.read_text()) == {"mine": 1}
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_io_may_replace_its_own_csv_and_meta(jb, tmp_path, monkeypatch):
+    from jitbench.cli import io as io_cli
+    from jitbench.harness import iobench
+
+    monkeypatch.setattr(iobench, "make_state", lambda size: {})
+    monkeypatch.setattr(iobench, "run_io_bench", lambda d, *a, **k: [
+        iobench.make_row("disk write", 1e6, [1.0]), iobench.make_row("disk read", 1e6, [1.0])])
+    out = tmp_path / "io.csv"
+    for _ in range(2):
+        code, err = jb("io", "--size", "tiny", "--repeats", "1", "--replicas", "1",
+                       "--run-dir", str(tmp_path), "--csv", str(out), "--json")
+        assert code == 0, err
+    assert out.read_text().splitlines()[0] == ",".join(io_cli.CSV_COLUMNS)
+    assert set(io_cli.META_KEYS) <= set(json.loads((tmp_path / "io.csv.meta.json").read_text()))
+
+
+# ---------------------------------------------------------------- 4: validate's reason
+def test_validate_names_a_strategy_the_model_does_not_cover(jb, tmp_path):
+    from jitbench.reports.validate import why_empty
+
+    runs = _rows(n_rep=2)
+    own = runs[runs.strategy == "own"]
+    assert validation_table(own, pd.DataFrame()).empty
+    why = why_empty(own, pd.DataFrame())
+    assert why.startswith("no run the model covers: 2 runs with a failure under strategy "
+                          "own, which the model does not predict (it covers: jit, none, "
+                          "periodic:N, periodic-async:N)")
+    d = tmp_path / "sw"
+    d.mkdir()
+    own.to_csv(d / "records.csv", index=False)
+    code, err = jb("validate", str(d))
+    assert code == 2 and one_line(err) == f"error: {d}: {why}"
+    # no failure at all: said so
+    calm = own.assign(num_failures=0)
+    assert why_empty(calm, pd.DataFrame()).startswith("no run with a failure to validate")
+    # covered, but nothing measured to predict from: named too
+    lost = runs[runs.strategy == "jit"].assign(wasted_gpu_s=None)
+    assert "none with a measured wasted_gpu_s" in why_empty(lost, pd.DataFrame())
