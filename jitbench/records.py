@@ -109,7 +109,8 @@ SCHEMA: tuple[Field, ...] = (
                                          "(empty: not compared, sample_stream_reason says why)"),
     Field("sample_stream_reason", "", "why sample_stream_equal is empty though a reference "
                                       "was compared (a run resumed from an earlier job's "
-                                      "checkpoints)"),
+                                      "checkpoints; a launched script, whose samples are "
+                                      "not recorded)"),
     Field("end_reason", "", "why the run ended, one line"),
     Field("wall_s", "s", "wall time of the launch"),
     Field("code_version", "", "jitbench version (+ git commit)"),

@@ -87,6 +87,15 @@ MIN_MTBF_STEPS = 0.05
 arrivals only merge (and below this, drawing them takes longer than the run)."""
 MIN_MTBF_S = 0.001
 """Smallest ``mtbf_s`` (s): fault times are kept to the microsecond."""
+UNKNOWN_STEPS = 10**9
+"""The ``steps`` of a run whose step count is not known in advance (``jitbench
+launch`` without ``--steps``: the script decides). Steps are then checked from
+below only, and no message names this number as the run's length."""
+
+
+def steps_known(steps: int) -> bool:
+    """Whether ``steps`` is a run's real step count, not :data:`UNKNOWN_STEPS`."""
+    return steps < UNKNOWN_STEPS
 
 
 def _typed(where: str, key: str, value: Any, kind: type, low: float | None = None) -> Any:
@@ -105,7 +114,11 @@ def check_rank(rank: int, world_size: int, what: str = "rank") -> None:
 
 def check_step(step: int, steps: int, what: str = "step") -> None:
     """Raises ScheduleError unless ``1 <= step < steps`` (a fault fires inside a step
-    before the last)."""
+    before the last); with ``steps`` :data:`UNKNOWN_STEPS`, unless ``step >= 1``."""
+    if not steps_known(steps):
+        if step < 1:
+            raise ScheduleError(f"{what} {step} must be >= 1")
+        return
     if not 1 <= step < steps:
         raise ScheduleError(f"{what} {step} must be in 1..{steps - 1} "
                             f"(the run has {steps} steps)")
@@ -140,6 +153,10 @@ def every(kind: str, rank: int, every_steps: int, steps: int, start: int | None 
     at most ``count`` times, up to step ``steps - 1``."""
     first = every_steps if start is None else start
     n = len(range(first, steps, every_steps))
+    if count is None and n > MAX_FAULTS and not steps_known(steps):
+        raise ScheduleError(f"every {every_steps} steps with no count and an unknown step "
+                            f"count is more than {MAX_FAULTS} faults in one plan; give a "
+                            f"count (or the run's steps)")
     if min(n, count if count is not None else n) > MAX_FAULTS:
         raise ScheduleError(f"every {every_steps} steps over {steps} steps is {n} faults, more "
                             f"than {MAX_FAULTS} in one plan; give a count or a longer interval")
@@ -187,8 +204,11 @@ def poisson(kinds: list[str], ranks: list[int], steps: int, seed: int, *,
     used: set[int] = set()
     while max_faults is None or len(out) < max_faults:
         if len(out) >= MAX_FAULTS:
+            fix = ("give a fault count (the run's step count is not known)"
+                   if mtbf_steps is not None and not steps_known(steps)
+                   else "raise the MTBF or give a fault count")
             raise ScheduleError(f"{where}: more than {MAX_FAULTS} faults in one plan (MTBF "
-                                f"{mtbf:g} {unit}); raise the MTBF or give a fault count")
+                                f"{mtbf:g} {unit}); {fix}")
         t += rng.expovariate(1.0 / mtbf)
         kind, rank = rng.choice(kinds), rng.choice(ranks)
         if mtbf_steps is not None:

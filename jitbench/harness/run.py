@@ -420,7 +420,7 @@ def failed_copies(evs: list[dict]) -> dict | None:
                                         f"{e.get('error')}"}
 
 
-def decisions(summary: dict, entry: strategies.Entry) -> list[str]:
+def decisions(summary: dict, entry: strategies.Entry, final_option: bool = True) -> list[str]:
     """The recovery decisions of a run, one line each, as the console prints them
     under the summary table and ``summary.json`` keeps them (``decisions``): a resume
     from an earlier job's checkpoint, each checkpoint part the restore skipped and
@@ -430,7 +430,8 @@ def decisions(summary: dict, entry: strategies.Entry) -> list[str]:
     each interval ``periodic:auto`` chose (and whether the run
     ends before its next checkpoint), and whether a checkpoint was written at all
     under a strategy that writes only when a peer fails (``entry.writes ==
-    "on_failure"``)."""
+    "on_failure"``; ``final_option``: the command has ``--final-checkpoint``, which
+    that line then names: ``run`` has, ``launch`` has not)."""
     out: list[str] = []
     res = summary.get("resumed_from")
     for part, reason in summary.get("restore_skipped") or []:
@@ -480,7 +481,8 @@ def decisions(summary: dict, entry: strategies.Entry) -> list[str]:
           and not (res and res.get("step"))
           and not summary.get("num_failures") and not summary.get("checkpoint_saves")):
         out.append(f"no checkpoint was needed: {entry.name} writes one only when a peer "
-                   "fails (--final-checkpoint writes one at the end for a later run)")
+                   "fails" + (" (--final-checkpoint writes one at the end for a later run)"
+                              if final_option else ""))
     return out
 
 

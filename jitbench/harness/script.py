@@ -41,12 +41,13 @@ from pathlib import Path
 from jitbench import hang, phases
 from jitbench.errors import ScheduleError, SpecError
 from jitbench.faults import FAULTS, FaultSpec
-from jitbench.faults.schedule import check_plan
+from jitbench.faults.schedule import UNKNOWN_STEPS, check_plan
 from jitbench.harness import metrics
 from jitbench.harness.launch import LaunchResult, held_signals, launch_agent, torchrun_args
 from jitbench.harness.run import (
     RunOutcome,
     code_version,
+    decisions,
     fired_faults,
     machine_fingerprint,
     prepare_dir,
@@ -58,6 +59,7 @@ from jitbench.harness.run import (
 from jitbench.harness.run import end_reason as run_end_reason
 from jitbench.harness.spec import nnodes_range
 from jitbench.records import SUMMARY_VERSION
+from jitbench.runtime import strategies
 from jitbench.runtime.config import RuntimeConfig
 
 SCRIPT_SPEC_VERSION = 1
@@ -67,8 +69,9 @@ STRATEGIES = ("own", "jit")
 RUN_DIR_TOKEN = "{run_dir}"
 """Replaced in the script's arguments by each launch's own run directory (the
 faulty run's, the reference's), so the two never share the script's checkpoints."""
-UNKNOWN_STEPS = 10**9
-"""The step range faults are checked against when ``--steps`` is not given."""
+SCRIPT_SAMPLES_REASON = ("not compared: jitbench does not record the samples a launched "
+                         "script reads (loss_equal compares its per-step losses)")
+"""A launch's ``sample_stream_reason``: its ``sample_stream_equal`` is always empty."""
 EXIT_NOT_TRAINING = 78
 """Boot exit status: the script reached no optimizer step within ``first_step_s``."""
 EXIT_SCRIPT_ERROR = 79
@@ -197,10 +200,16 @@ class ScriptSpec:
         """The ``workload`` column of the summary: :attr:`label`, else :attr:`name`."""
         return self.label or self.name
 
+    @property
+    def runtime_strategy(self) -> str:
+        """The strategy jitbench's runtime runs beside the script: ``jit`` (transparent
+        JIT), else ``none`` (under ``own`` jitbench writes no checkpoint)."""
+        return "jit" if self.strategy == "jit" else "none"
+
     def runtime_config(self, ckpt_dir: str) -> RuntimeConfig:
         """The runtime settings of a launched script: no checkpoints of jitbench's
         (strategy ``none``), the hang bound of this spec."""
-        return RuntimeConfig(strategy="jit" if self.strategy == "jit" else "none",
+        return RuntimeConfig(strategy=self.runtime_strategy,
                              ckpt_dir=ckpt_dir, hang_floor_s=self.hang_floor_s,
                              hang_factor=self.hang_factor, hang_first_s=self.hang_first_s)
 
@@ -379,12 +388,17 @@ def summarize(spec: ScriptSpec, run_dir: Path, res: LaunchResult, ref: LaunchRes
     :attr:`~ScriptSpec.workload`, ``steps`` the step its ranks finished at) plus
     ``script``, ``args``, ``replay_promised`` (false under ``own``: no replay bound,
     so ``replay_ok`` None is no violation), ``loss_equal`` (every step's loss on rank 0
-    equals the reference's, bitwise; None without losses) and ``error_tail``."""
+    equals the reference's, bitwise; None without losses) and ``error_tail``.
+    ``decisions`` are :func:`jitbench.harness.run.decisions` of the runtime's strategy
+    (:attr:`ScriptSpec.runtime_strategy`); ``sample_stream_reason`` says why
+    ``sample_stream_equal`` is always empty (the script's samples are not recorded)."""
+    entry = strategies.parse(spec.runtime_strategy).entry
     evs = phases.read_events(run_dir)
     table = phases.derive(evs, spec.world_size)
     phases.write(run_dir, table)
     steps = final_step(evs) or spec.steps or 0
-    m = metrics.compute(run_dir, steps, spec.world_size, events=evs, phase_table=table)
+    m = metrics.compute(run_dir, steps, spec.world_size, events=evs, phase_table=table,
+                        strategy=spec.runtime_strategy)
     err = script_error(run_dir, evs)
     summary: dict = {"summary_version": SUMMARY_VERSION, "run_dir": str(run_dir),
                      "workload": spec.workload, "size": None, "script": spec.script or spec.module,
@@ -437,7 +451,7 @@ def summarize(spec: ScriptSpec, run_dir: Path, res: LaunchResult, ref: LaunchRes
     summary["unfired_faults"] = len(summary["unfired"])
     summary["end_reason"] = end_reason(spec, m, res, err)
     summary["state_equal"] = summary["max_abs_diff"] = summary["sample_stream_equal"] = None
-    summary["sample_stream_reason"] = None
+    summary["sample_stream_reason"] = SCRIPT_SAMPLES_REASON
     summary["loss_equal"] = None
     ref_dir = ref_dir or run_dir / "reference"
     if ref is not None and m.completed and (ref_dir / "final" / "state.pt").exists() \
@@ -462,6 +476,7 @@ def summarize(spec: ScriptSpec, run_dir: Path, res: LaunchResult, ref: LaunchRes
         summary["reference_dir"] = str(ref_dir)
     summary.update(err)
     summary["failures"] = [asdict(f) for f in fails]
+    summary["decisions"] = decisions(summary, entry, final_option=False)
     summary["code_version"] = code_version()
     summary["machine"] = machine_fingerprint()
     summary["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")

@@ -8,7 +8,8 @@ every plot as a base64 PNG and its CSS inline, so it opens with no network
 and can be mailed or attached to a CI job. The page is rendered from the
 Jinja2 template ``templates/report.html.j2`` (autoescaped); every table, in
 the HTML and the markdown, from the column lists of :mod:`jitbench.reports.table`. The markdown holds the same tables
-and links the PNGs, written beside it into ``<name>_files/``.
+and links the PNGs, written beside it into ``<name>_files/``, which it marks as its
+own (:data:`FILES_MARKER`): the report replaces no file it did not write.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 import time
 from pathlib import Path
 
@@ -40,7 +42,9 @@ METRIC_NOTES = [
     ("save_s", "JIT save begin -> durable (slowest rank); periodic: the last checkpoint "
                "before the fault; async: request -> commit"),
     ("restart_s", "last process of the failed attempt gone -> every new rank initialised"),
-    ("restore_s", "checkpoint load, begin -> end (slowest rank)"),
+    ("restore_s", "checkpoint load, begin -> end (slowest rank); a launched script's "
+                  "(script: rows): its process group ready -> its first step (under jit: "
+                  "the fast-forward's load of the JIT checkpoint)"),
     ("replay_s / replayed_steps", "re-executing steps that had completed before the fault"),
     ("recovery_s", "fault -> first step completed that had not completed before the fault"),
     ("expected replay", "steps since the newest committed checkpoint: what a restore that "
@@ -66,10 +70,14 @@ def _png(fig) -> bytes:
 
 def _load_table(d: Path):
     """The results of a sweep dir or the one-row records of a run dir
-    (:func:`jitbench.records.load_results`); None if neither is there."""
+    (:func:`jitbench.records.load_results`); None if neither is there. Every
+    records table has ``recovery_s`` (empty for a run without a failure), which the
+    figures read: a table without it is refused in one line, like one without a key
+    column (:class:`jitbench.errors.InputError`)."""
     if records.find_table(d) is None:
         return None
-    return records.load_results(d)
+    return records.load_results(d, require=(*records.KEY_COLUMNS, "recovery_s"),
+                                what="records or results")
 
 
 def _run_dir(root: Path, recorded: str) -> Path | None:
@@ -183,6 +191,30 @@ TEMPLATES = Path(__file__).parent / "templates"
 CSS = TEMPLATES / "report.css"
 
 
+FILES_MARKER = ".jitbench-report"
+"""The file a report writes first into its figures folder ``<name>_files/``: a folder
+that holds files but not this one is not the report's, and is never written into."""
+FILES_MARKER_TEXT = "jitbench report figures: this folder is rewritten by jitbench report\n"
+"""What :data:`FILES_MARKER` says to whoever opens it."""
+FIGURE_NAME = re.compile(r"fig\d{2,}\.png")
+"""The name of a figure the report writes (``fig00.png``, ...)."""
+
+
+def _owns_files_dir(files_dir: Path, html_path: Path) -> bool:
+    """Whether the report for ``html_path`` may write into ``files_dir``: absent or
+    empty, marked as a report's (:data:`FILES_MARKER`), or written before that marker
+    existed: nothing but figure files beside a jitbench report ``html_path``."""
+    try:
+        names = [e.name for e in files_dir.iterdir()]
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # a file of that name, or unreadable: not the report's folder
+    if not names or (files_dir / FILES_MARKER).is_file():
+        return True
+    return _is_report(html_path) and all(FIGURE_NAME.fullmatch(n) for n in names)
+
+
 def _is_report(path: Path) -> bool:
     """Whether ``path`` is a report this module wrote (HTML: its title; markdown: its
     first line), so writing the report again may replace it."""
@@ -206,7 +238,9 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
     Raises:
         SpecError: the directory holds neither results, records nor an overhead
             measurement; ``out_path`` is a directory, a markdown file, or (it or the
-            markdown beside it) an existing file that is not a jitbench report.
+            markdown beside it) an existing file that is not a jitbench report, or its
+            figures folder ``<name>_files/`` holds files and is not a report's (no
+            :data:`FILES_MARKER`).
     """
     from jitbench.reports import plots
 
@@ -232,11 +266,16 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
                             f"jitbench report; give a new file name (the report never "
                             f"replaces other files)")
     files_dir = html_path.with_name(html_path.stem + "_files")
+    if not _owns_files_dir(files_dir, html_path):
+        raise SpecError(f"--out {out_path or html_path}: {files_dir} exists and is not a "
+                        f"jitbench report's figures folder; give a new file name (the "
+                        f"report never replaces other files)")
     try:
         files_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SpecError(f"cannot write the report into {html_path.parent}: "
                         f"{exc.strerror}") from None
+    _save(files_dir / FILES_MARKER, FILES_MARKER_TEXT.encode())
     figures: list[tuple[str, str, str, bytes]] = []  # (section, title, caption, png)
 
     meta: dict = {}

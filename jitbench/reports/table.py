@@ -215,6 +215,25 @@ decimals, booleans as true/false)."""
 IN_PROCESS_ROWS = [Column("reform_s", "reform_s", "s", "3"),
                    Column("transfer_s", "transfer_s", "s", "3")]
 """Shown after ``restart_s`` where a failure was recovered in process."""
+LAUNCH_DOCS = {
+    "own": {"restore_s": "the script's own restore: process group ready -> its first "
+                         "step, slowest rank (mean over failures)"},
+    "jit": {"restore_s": "process group ready -> the fast-forward's load of the JIT "
+                         "checkpoint (else the script's first step), slowest rank (mean "
+                         "over failures)"},
+}
+"""What a metric measures in a launched script's summary (``jitbench launch``, a
+``script`` key), by strategy, where it differs from :data:`~jitbench.records.SCHEMA`'s."""
+
+
+def metric_docs(summary: dict) -> dict[str, str]:
+    """What each metric of ``summary`` measures: :data:`~jitbench.records.SCHEMA`'s
+    words, with :data:`LAUNCH_DOCS` in their place for a launched script's summary."""
+    docs = {f.name: f.doc for f in SCHEMA}
+    docs["loss_diff"] = "last step's loss minus the fault-free reference's (0: same loss)"
+    if summary.get("script") is not None:
+        docs.update(LAUNCH_DOCS.get(str(summary.get("strategy")), {}))
+    return docs
 
 
 def summary_table(summary: dict) -> Table:
@@ -232,14 +251,17 @@ def summary_table(summary: dict) -> Table:
     t.add_column("value", justify="right")
     t.add_column("unit")
     t.add_column("what it measures", overflow="fold")
-    docs = {f.name: f.doc for f in SCHEMA}
-    docs["loss_diff"] = "last step's loss minus the fault-free reference's (0: same loss)"
+    docs = metric_docs(summary)
 
     def row(c: Column) -> None:
         t.add_row(c.header, cell(c, summary), c.unit, docs.get(c.name, ""))
 
     for c in SUMMARY_ROWS:
         row(c)
+        if c.name == "sample_stream_equal" and summary.get("sample_stream_reason") \
+                and _missing(summary.get(c.name)):  # the why its empty cell points to
+            t.add_row("sample_stream_reason", str(summary["sample_stream_reason"]), "",
+                      docs.get("sample_stream_reason", ""))
         if c.name == "restart_s":  # recovered in process: its two phases in the restart's place
             for extra in IN_PROCESS_ROWS:
                 if summary.get(extra.name) is not None:

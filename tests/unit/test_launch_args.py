@@ -44,7 +44,8 @@ def test_parse_command_refuses(words, message):
 
 
 def _build(command, **kw):
-    faults = FaultOptions(**{k: kw.pop(k) for k in list(kw) if k.startswith("fault")})
+    names = set(FaultOptions.__dataclass_fields__)
+    faults = FaultOptions(**{k: kw.pop(k) for k in list(kw) if k in names})
     return build_spec(command, faults, ScriptOptions(**kw), DetectionOptions())
 
 
@@ -73,6 +74,32 @@ def test_build_spec_refuses(kw, error, message):
     with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
         _build([EXAMPLE], **kw)
 
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"fault_step": 0}, "fault step 0 must be >= 1"),
+    ({"fault_step": -3}, "fault step -3 must be >= 1"),
+    ({"fault_step": 0, "fault_every": 2, "fault_count": 2}, "fault step 0 must be >= 1"),
+    ({"fault_step": 1, "fault_every": 1}, "unknown step count is more than 1000 faults"),
+    ({"fault_step": 1, "mtbf_steps": 1.0},
+     "give a fault count (the run's step count is not known)"),
+])
+def test_a_step_without_steps_is_checked_from_below_only(kw, message):
+    # launch does not know the script's steps: no message names a step count it made up
+    with pytest.raises((InputError, SpecError)) as err:
+        _build([EXAMPLE], fault="kill", **kw)
+    assert message in str(err.value)
+    assert "1000000000" not in str(err.value) and "999999999" not in str(err.value)
+    assert _build([EXAMPLE], fault="kill", fault_step=5 * 10**9).faults[0].step == 5 * 10**9
+
+
+def test_a_scenario_step_without_steps_is_checked_from_below_only(tmp_path):
+    scenario = tmp_path / "s.toml"
+    scenario.write_text("[[fault]]\nkind='kill'\nstep=0\n")
+    with pytest.raises(InputError, match=r"step 0 must be >= 1$"):
+        _build([EXAMPLE], fault=None, scenario=scenario)
+    with pytest.raises(SpecError, match=r"fault step 0 must be in 1\.\.11 \(the run has 12"):
+        _build([EXAMPLE], fault="kill", fault_step=0, steps=12)
 
 def test_missing_script_and_module_are_refused(tmp_path):
     with pytest.raises(SpecError, match="does not exist"):

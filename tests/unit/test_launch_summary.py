@@ -1,0 +1,133 @@
+"""``jitbench launch``'s summary against the README: its recovery decisions (the same
+:func:`jitbench.harness.run.decisions` as ``run``), why ``sample_stream_equal`` is empty,
+and what its table says ``restore_s`` measured. Synthetic events; nothing is launched."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from jitbench.faults import FaultSpec
+from jitbench.harness.launch import LaunchResult
+from jitbench.harness.script import ScriptSpec, summarize
+from jitbench.records import SCHEMA
+from jitbench.reports.table import summary_table
+
+EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "ddp_tutorial.py")
+
+
+def _events(d: Path, attempt: int, rank: int, items) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / f"attempt{attempt:03d}_rank{rank:05d}.jsonl", "a") as fh:
+        for name, phase, t, extra in items:
+            fh.write(json.dumps({"event": name, "phase": phase, "t_wall": 1000.0 + t,
+                                 "t_mono": 1000.0 + t, "rank": rank, "attempt": attempt,
+                                 "pid": 1 + attempt, "host": "h", **extra}) + "\n")
+
+
+def _steps(first: int, last: int, t0: float) -> list:
+    out = []
+    for i, s in enumerate(range(first, last + 1)):
+        out += [("step", "begin", t0 + i, {"step": s}),
+                ("step", "end", t0 + i + 0.5, {"step": s, "dur_s": 0.5})]
+    return out
+
+
+def _killed_and_restarted(run: Path) -> None:
+    """2 ranks: steps 1-3, rank 1 killed in step 4, no JIT checkpoint written; the
+    restart begins at step 0 (the script restores nothing) and runs steps 1-6."""
+    for rank in (0, 1):
+        a0 = [("init", "end", 0.5, {}), ("restore", "begin", 0.6, {}),
+              ("restore", "end", 0.9, {"step": 0, "kind": None}), *_steps(1, 3, 1.0),
+              ("step", "begin", 4.0, {"step": 4})]
+        a0 += ([("fault", "point", 4.2, {"kind": "kill", "step": 4, "fault_id": "kill@1:4"})]
+               if rank == 1 else
+               [("failure", "point", 4.5, {"trigger": "collective_error", "step": 4})])
+        _events(run / "events", 0, rank, a0)
+        _events(run / "events", 1, rank, [
+            ("init", "end", 8.0, {}), ("restore", "begin", 8.1, {}),
+            ("restore", "end", 9.0, {"step": 0, "kind": None}), *_steps(1, 6, 10.0),
+            ("done", "point", 17.0, {"step": 6})])
+
+
+def _fault_free(run: Path) -> None:
+    for rank in (0, 1):
+        _events(run / "events", 0, rank, [
+            ("init", "end", 0.5, {}), ("restore", "begin", 0.6, {}),
+            ("restore", "end", 0.9, {"step": 0, "kind": None}), *_steps(1, 6, 1.0),
+            ("done", "point", 8.0, {"step": 6})])
+
+
+def _spec(strategy: str, faults: bool = True) -> ScriptSpec:
+    return ScriptSpec(script=EXAMPLE, strategy=strategy, nproc=2,
+                      faults=[FaultSpec("kill", 1, 4)] if faults else [])
+
+
+def _table_rows(summary: dict) -> dict[str, str]:
+    """``metric -> what it measures`` of the summary's table as printed."""
+    t = summary_table(summary)
+    names, docs = t.columns[0]._cells, t.columns[3]._cells
+    Console(width=200, file=io.StringIO()).print(t)  # it renders
+    return dict(zip(names, docs, strict=True))
+
+
+@pytest.mark.parametrize("strategy", ["own", "jit"])
+def test_a_launch_keeps_its_recovery_decisions_like_run(tmp_path, strategy):
+    """README (Metrics): every recovery decision is one line under the table and in
+    ``decisions``; a launch gets them from run's function, so under ``jit`` a failure
+    whose JIT checkpoint was lost says so and what was restored instead."""
+    _killed_and_restarted(tmp_path)
+    s = summarize(_spec(strategy), tmp_path, LaunchResult(0, 20.0), None)
+    assert "decisions" in s and isinstance(s["decisions"], list)
+    if strategy == "jit":
+        assert s["decisions"] == [s["failures"][0]["fallback"]]
+        assert s["decisions"][0].startswith("no JIT checkpoint survived the failure at step 4")
+        assert "a fresh start" in s["decisions"][0]
+    else:  # the script's own recovery: jitbench decided nothing
+        assert s["decisions"] == []
+
+
+def test_a_fault_free_jit_launch_says_no_checkpoint_was_needed(tmp_path):
+    """The decision line of ``run``, without the ``--final-checkpoint`` that launch lacks."""
+    _fault_free(tmp_path)
+    s = summarize(_spec("jit", faults=False), tmp_path, LaunchResult(0, 10.0), None)
+    assert s["decisions"] == ["no checkpoint was needed: jit writes one only when a peer fails"]
+
+
+def test_the_decisions_are_printed_under_the_launch_table(tmp_path, capsys):
+    from jitbench.cli.run import show_summary
+
+    _fault_free(tmp_path)
+    s = summarize(_spec("jit", faults=False), tmp_path, LaunchResult(0, 10.0), None)
+    show_summary(s, tmp_path, as_json=False)
+    assert "no checkpoint was needed: jit writes one only" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("strategy", ["own", "jit"])
+def test_a_launch_says_why_its_sample_stream_is_not_compared(tmp_path, strategy):
+    _killed_and_restarted(tmp_path)
+    s = summarize(_spec(strategy), tmp_path, LaunchResult(0, 20.0), None)
+    assert s["sample_stream_equal"] is None
+    reason = s["sample_stream_reason"]
+    assert reason and "not compared" in reason and "launched script" in reason
+    rows = _table_rows(s)  # the reason the empty cell's label points to is in the table
+    assert "sample_stream_reason" in rows
+
+
+@pytest.mark.parametrize("strategy, words", [
+    ("own", "process group ready -> its first step"),
+    ("jit", "process group ready -> the fast-forward's load of the JIT checkpoint"),
+])
+def test_the_launch_table_says_what_restore_s_measured(tmp_path, strategy, words):
+    """README (launch): ``restore_s`` of a launched script is its restore from the
+    process group's creation, not a checkpoint load of jitbench's."""
+    _killed_and_restarted(tmp_path)
+    s = summarize(_spec(strategy), tmp_path, LaunchResult(0, 20.0), None)
+    doc = _table_rows(s)["restore_s"]
+    assert words in doc and "checkpoint load begin -> end" not in doc
+    run_doc = next(f.doc for f in SCHEMA if f.name == "restore_s")  # run's keeps its own
+    assert _table_rows({k: v for k, v in s.items() if k != "script"})["restore_s"] == run_doc

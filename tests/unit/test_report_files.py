@@ -1,0 +1,93 @@
+"""``jitbench report`` never replaces a file it did not write, its figures folder
+``<name>_files/`` included: it marks the folder as its own and refuses (one line, exit
+2, like a non-report ``--out``) a non-empty folder that is not; its own earlier
+output, marked or from before the marker, is rewritten."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jitbench.reports.html import FILES_MARKER
+from tests.conftest import one_line
+
+
+@pytest.fixture
+def results(tmp_path) -> Path:
+    d = tmp_path / "run"
+    d.mkdir()
+    # one fault-free run's records: no figures, so the report is quick
+    (d / "records.csv").write_text("workload,strategy,faults,state_equal,recovery_s\n"
+                                   "gpt,jit,[],True,\n")
+    return d
+
+
+def test_a_figures_folder_of_the_users_is_refused_and_kept(jb, results):
+    """A new-user trial: ``report RUN --out RUN/keep.html`` replaced the user's
+    ``RUN/keep_files/fig00.png`` with a plot."""
+    mine = results / "keep_files" / "fig00.png"
+    mine.parent.mkdir()
+    mine.write_bytes(b"my own picture")
+    code, err = jb("report", str(results), "--out", str(results / "keep.html"))
+    line = one_line(err)
+    assert code == 2 and "keep_files exists and is not a jitbench report's figures folder" \
+        in line and "the report never replaces other files" in line
+    assert mine.read_bytes() == b"my own picture"
+    assert not (results / "keep.html").exists() and not (results / "keep.md").exists()
+    assert sorted(p.name for p in mine.parent.iterdir()) == ["fig00.png"]
+
+
+def test_the_default_figures_folder_is_checked_too(jb, results):
+    (results / "report_files").mkdir()
+    (results / "report_files" / "notes.txt").write_text("mine\n")
+    code, err = jb("report", str(results))
+    assert code == 2 and "report_files exists and is not a jitbench report's" in one_line(err)
+    assert (results / "report_files" / "notes.txt").read_text() == "mine\n"
+    (results / "other_files").write_text("a file, not a folder\n")
+    code, err = jb("report", str(results), "--out", str(results / "other.html"))
+    assert code == 2 and "other_files exists and is not a jitbench report's" in one_line(err)
+
+
+def test_the_report_rewrites_its_own_figures_folder(jb, results):
+    out = results / "keep.html"
+    for _ in range(2):  # the second run finds its own marked folder
+        code, err = jb("report", str(results), "--out", str(out))
+        assert code == 0, err
+    assert (results / "keep_files" / FILES_MARKER).is_file()
+    # an empty folder is taken (and marked)
+    empty = results / "new_files"
+    empty.mkdir()
+    code, err = jb("report", str(results), "--out", str(results / "new.html"))
+    assert code == 0, err
+    assert (empty / FILES_MARKER).is_file()
+
+
+def test_a_report_written_before_the_marker_is_still_rewritten(jb, results):
+    """An earlier version's output: figures only, beside its jitbench report."""
+    out = results / "old.html"
+    code, err = jb("report", str(results), "--out", str(out))
+    assert code == 0, err
+    (results / "old_files" / FILES_MARKER).unlink()
+    (results / "old_files" / "fig00.png").write_bytes(b"an old plot")
+    code, err = jb("report", str(results), "--out", str(out))
+    assert code == 0, err
+    # the same folder with a file of the user's in it is not the report's
+    (results / "old_files" / FILES_MARKER).unlink()
+    (results / "old_files" / "mine.txt").write_text("x")
+    code, err = jb("report", str(results), "--out", str(out))
+    assert code == 2 and "old_files exists and is not" in one_line(err)
+
+
+def test_a_table_without_recovery_s_is_refused_in_one_line(jb, tmp_path):
+    """A hand-made records table with a faulted row and no ``recovery_s`` column ended
+    in ``KeyError: 'recovery_s'`` from the phase figure; every records table has the
+    column, so one without it is not a jitbench table: one line, exit 2."""
+    d = tmp_path / "hand"
+    d.mkdir()
+    (d / "records.csv").write_text("workload,strategy,faults,state_equal,detect_s\n"
+                                   "gpt,jit,kill@rank1:step3,True,2.0\n")
+    code, err = jb("report", str(d))
+    line = one_line(err)
+    assert code == 2 and "no column recovery_s" in line, err
+    assert sorted(p.name for p in d.iterdir()) == ["records.csv"]
