@@ -153,11 +153,15 @@ def every(kind: str, rank: int, every_steps: int, steps: int, start: int | None 
     at most ``count`` times, up to step ``steps - 1``."""
     first = every_steps if start is None else start
     n = len(range(first, steps, every_steps))
-    if count is None and n > MAX_FAULTS and not steps_known(steps):
-        raise ScheduleError(f"every {every_steps} steps with no count and an unknown step "
-                            f"count is more than {MAX_FAULTS} faults in one plan; give a "
-                            f"count (or the run's steps)")
     if min(n, count if count is not None else n) > MAX_FAULTS:
+        if count is not None:  # the count given is what is too large
+            raise ScheduleError(f"a fault count of {count} every {every_steps} steps is "
+                                f"more than {MAX_FAULTS} faults in one plan; give a count "
+                                f"of at most {MAX_FAULTS}")
+        if not steps_known(steps):
+            raise ScheduleError(f"every {every_steps} steps with no count and an unknown "
+                                f"step count is more than {MAX_FAULTS} faults in one plan; "
+                                f"give a count (or the run's steps)")
         raise ScheduleError(f"every {every_steps} steps over {steps} steps is {n} faults, more "
                             f"than {MAX_FAULTS} in one plan; give a count or a longer interval")
     out = []
@@ -204,7 +208,9 @@ def poisson(kinds: list[str], ranks: list[int], steps: int, seed: int, *,
     used: set[int] = set()
     while max_faults is None or len(out) < max_faults:
         if len(out) >= MAX_FAULTS:
-            fix = ("give a fault count (the run's step count is not known)"
+            fix = (f"a fault count of {max_faults} is more than that; give at most "
+                   f"{MAX_FAULTS}" if max_faults is not None
+                   else "give a fault count (the run's step count is not known)"
                    if mtbf_steps is not None and not steps_known(steps)
                    else "raise the MTBF or give a fault count")
             raise ScheduleError(f"{where}: more than {MAX_FAULTS} faults in one plan (MTBF "

@@ -70,8 +70,9 @@ RUN_DIR_TOKEN = "{run_dir}"
 """Replaced in the script's arguments by each launch's own run directory (the
 faulty run's, the reference's), so the two never share the script's checkpoints."""
 SCRIPT_SAMPLES_REASON = ("not compared: jitbench does not record the samples a launched "
-                         "script reads (loss_equal compares its per-step losses)")
-"""A launch's ``sample_stream_reason``: its ``sample_stream_equal`` is always empty."""
+                         "script reads")
+"""A launch's ``sample_stream_reason``: its ``sample_stream_equal`` is always empty. When a
+reference was compared, ``; loss_equal compares its per-step losses`` follows."""
 EXIT_NOT_TRAINING = 78
 """Boot exit status: the script reached no optimizer step within ``first_step_s``."""
 EXIT_SCRIPT_ERROR = 79
@@ -462,6 +463,8 @@ def summarize(spec: ScriptSpec, run_dir: Path, res: LaunchResult, ref: LaunchRes
         ref_evs = phases.read_events(ref_dir)
         mine, theirs = losses(evs), losses(ref_evs)
         summary["loss_equal"] = (mine == theirs) if theirs else None
+        if summary["loss_equal"] is not None:
+            summary["sample_stream_reason"] += "; loss_equal compares its per-step losses"
         ref_table = phases.derive(ref_evs, spec.world_size)
         if not (ref_dir / phases.PHASES_FILE).exists():
             phases.write(ref_dir, ref_table)

@@ -27,11 +27,14 @@
    the run completed, ``state_equal`` is true, and ``replay_ok`` is true (the
    restore replayed exactly the steps since the newest committed checkpoint,
    and under ``jit`` at most one step per failure). Each only where the run
-   promised it: a row whose ``bitwise_promised`` is false (a launched script's
-   own recovery, ``own``; a peer that trains on with fewer replicas) has its
-   ``state_equal`` reported, not judged, and one whose ``replay_promised`` is
-   false (``own``) its replay; an empty cell or a table without the column
-   promises (the built-in strategies), as in :func:`jitbench.records.verdict`.
+   or its baseline promised it: a row whose ``bitwise_promised`` is false (a
+   launched script's own recovery, ``own``; a peer that trains on with fewer
+   replicas) has its ``state_equal`` reported, not judged, and one whose
+   ``replay_promised`` is false (``own``) its replay, unless a baseline row of the
+   same configuration promised it (a run must not pass by withdrawing a promise,
+   as a launched script's hooks do when they turn inexact); an empty cell or a
+   table without the column promises (the built-in strategies), as in
+   :func:`jitbench.records.verdict`.
 
 3. **Timings, as ratios with a noise-aware tolerance** (exit 5 on a
    regression), per configuration and metric (:data:`TIMINGS`): with ``b`` the
@@ -362,7 +365,13 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
     if one_sided:
         v.notes.append(f"spec fields on one side only (skipped): {', '.join(sorted(one_sided))}")
 
-    # invariants, exactly, where the run promised them (module docstring, step 2)
+    # invariants, exactly, where the run or the baseline promised them (module
+    # docstring, step 2): a run that withdrew a promise its baseline configuration
+    # kept (a launched script's hooks that turned inexact) is judged all the same
+    base_promised = {what: {_config(b) for _, b in baseline.iterrows()
+                            if not _says_false(b.get(col))}
+                     for what, col in (("state_equal", "bitwise_promised"),
+                                       ("replayed_steps", "replay_promised"))}
     unjudged: dict[str, set[str]] = {}
     for _, r in results.iterrows():
         cfg = _config(r)
@@ -371,8 +380,10 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
         if not _truthy(r["completed"]):
             v.checks.append(Check(cfg, "completed", "violation", detail="the run did not complete"))
             continue
-        bitwise = not _says_false(r.get("bitwise_promised"))
-        replay = not _says_false(r.get("replay_promised"))
+        bitwise = (not _says_false(r.get("bitwise_promised"))
+                   or _config(r) in base_promised["state_equal"])
+        replay = (not _says_false(r.get("replay_promised"))
+                  or _config(r) in base_promised["replayed_steps"])
         for what, promised in (("state_equal", bitwise), ("replayed_steps", replay)):
             if not promised:
                 unjudged.setdefault(what, set()).add(_config(r))
@@ -393,8 +404,8 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
                                             if r["strategy"] == "jit" else "")))
 
     for what, cfgs in sorted(unjudged.items()):
-        v.notes.append(f"{what} reported, not judged (the strategy promises nothing about "
-                       f"it): {', '.join(sorted(cfgs))}")
+        v.notes.append(f"{what} reported, not judged (neither the run nor its baseline "
+                       f"promised it): {', '.join(sorted(cfgs))}")
 
     # timings, as ratios with a noise-aware tolerance
     for k in rh.index:

@@ -68,16 +68,20 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
+REPORT_COLUMNS = (*records.KEY_COLUMNS, "repeat", "recovery_s", "wasted_gpu_s", "replayed_steps")
+"""Columns the report's tables and figures read: every records table has them (empty
+for a run without a failure; ``repeat`` added to a run's records on loading)."""
+
+
 def _load_table(d: Path):
     """The results of a sweep dir or the one-row records of a run dir
-    (:func:`jitbench.records.load_results`); None if neither is there. Every
-    records table has ``recovery_s`` (empty for a run without a failure), which the
-    figures read: a table without it is refused in one line, like one without a key
-    column (:class:`jitbench.errors.InputError`)."""
+    (:func:`jitbench.records.load_results`); None if neither is there. A table
+    without a column of :data:`REPORT_COLUMNS` is refused in one line, like one
+    without a key column (:class:`jitbench.errors.InputError`), before anything is
+    written."""
     if records.find_table(d) is None:
         return None
-    return records.load_results(d, require=(*records.KEY_COLUMNS, "recovery_s"),
-                                what="records or results")
+    return records.load_results(d, require=REPORT_COLUMNS, what="records or results")
 
 
 def _run_dir(root: Path, recorded: str) -> Path | None:
@@ -203,7 +207,8 @@ FIGURE_NAME = re.compile(r"fig\d{2,}\.png")
 def _owns_files_dir(files_dir: Path, html_path: Path) -> bool:
     """Whether the report for ``html_path`` may write into ``files_dir``: absent or
     empty, marked as a report's (:data:`FILES_MARKER`), or written before that marker
-    existed: nothing but figure files beside a jitbench report ``html_path``."""
+    existed: nothing but figure files beside a jitbench report (``html_path`` or the
+    markdown of the same name)."""
     try:
         names = [e.name for e in files_dir.iterdir()]
     except FileNotFoundError:
@@ -212,7 +217,9 @@ def _owns_files_dir(files_dir: Path, html_path: Path) -> bool:
         return False  # a file of that name, or unreadable: not the report's folder
     if not names or (files_dir / FILES_MARKER).is_file():
         return True
-    return _is_report(html_path) and all(FIGURE_NAME.fullmatch(n) for n in names)
+    # a report kept as markdown only (its HTML deleted) still owns its folder
+    return ((_is_report(html_path) or _is_report(html_path.with_suffix(".md")))
+            and all(FIGURE_NAME.fullmatch(n) for n in names))
 
 
 def _is_report(path: Path) -> bool:

@@ -66,6 +66,15 @@ def test_gate_judges_invariants_only_where_the_run_promised_them(jb, tmp_path):
     got = {(c.config, c.metric) for c in g.compare(t, bad).violations}
     assert got == {(f"script:mytrain.py/jit/kill (repeat {r})", m)
                    for r in (0, 1) for m in ("replayed_steps", "state_equal")}
+    # a run that withdrew a promise its baseline configuration kept (a launched
+    # script's jit hooks that turned inexact) is judged all the same (a review found
+    # state_equal false passing that way)
+    withdrawn = _rows()
+    jit = withdrawn.strategy == "jit"
+    withdrawn.loc[jit, "bitwise_promised"] = False
+    withdrawn.loc[jit, "state_equal"] = False
+    got = {(c.config, c.metric) for c in g.compare(t, withdrawn).violations}
+    assert got == {(f"script:mytrain.py/jit/kill (repeat {r})", "state_equal") for r in (0, 1)}
     # a table without the promise columns (older sweeps): every run promises
     old = t.drop(columns=["replay_promised", "bitwise_promised"])
     assert {c.metric for c in g.compare(old, old).violations} == {"replayed_steps",

@@ -83,6 +83,12 @@ def test_build_spec_refuses(kw, error, message):
     ({"fault_step": 1, "fault_every": 1}, "unknown step count is more than 1000 faults"),
     ({"fault_step": 1, "mtbf_steps": 1.0},
      "give a fault count (the run's step count is not known)"),
+    # a count given and too large: the count is named, not asked for (a review)
+    ({"fault_step": 3, "fault_every": 5, "fault_count": 2000},
+     "a fault count of 2000 every 5 steps is more than 1000 faults in one plan; give a "
+     "count of at most 1000"),
+    ({"fault_step": 1, "mtbf_steps": 100.0, "fault_count": 2000},
+     "a fault count of 2000 is more than that; give at most 1000"),
 ])
 def test_a_step_without_steps_is_checked_from_below_only(kw, message):
     # launch does not know the script's steps: no message names a step count it made up
@@ -100,6 +106,7 @@ def test_a_scenario_step_without_steps_is_checked_from_below_only(tmp_path):
         _build([EXAMPLE], fault=None, scenario=scenario)
     with pytest.raises(SpecError, match=r"fault step 0 must be in 1\.\.11 \(the run has 12"):
         _build([EXAMPLE], fault="kill", fault_step=0, steps=12)
+
 
 def test_missing_script_and_module_are_refused(tmp_path):
     with pytest.raises(SpecError, match="does not exist"):

@@ -114,6 +114,8 @@ def test_a_launch_says_why_its_sample_stream_is_not_compared(tmp_path, strategy)
     assert s["sample_stream_equal"] is None
     reason = s["sample_stream_reason"]
     assert reason and "not compared" in reason and "launched script" in reason
+    # no reference compared here: the reason does not point at a loss comparison
+    assert s["loss_equal"] is None and "loss_equal" not in reason
     rows = _table_rows(s)  # the reason the empty cell's label points to is in the table
     assert "sample_stream_reason" in rows
 

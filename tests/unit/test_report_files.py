@@ -18,8 +18,9 @@ def results(tmp_path) -> Path:
     d = tmp_path / "run"
     d.mkdir()
     # one fault-free run's records: no figures, so the report is quick
-    (d / "records.csv").write_text("workload,strategy,faults,state_equal,recovery_s\n"
-                                   "gpt,jit,[],True,\n")
+    (d / "records.csv").write_text("workload,strategy,faults,state_equal,recovery_s,"
+                                   "wasted_gpu_s,replayed_steps\n"
+                                   "gpt,jit,[],True,,,\n")
     return d
 
 
@@ -79,15 +80,33 @@ def test_a_report_written_before_the_marker_is_still_rewritten(jb, results):
     assert code == 2 and "old_files exists and is not" in one_line(err)
 
 
-def test_a_table_without_recovery_s_is_refused_in_one_line(jb, tmp_path):
-    """A hand-made records table with a faulted row and no ``recovery_s`` column ended
-    in ``KeyError: 'recovery_s'`` from the phase figure; every records table has the
-    column, so one without it is not a jitbench table: one line, exit 2."""
+@pytest.mark.parametrize("drop", ["recovery_s", "wasted_gpu_s", "replayed_steps", "repeat"])
+def test_a_table_without_a_column_the_figures_read_is_refused_in_one_line(jb, tmp_path, drop):
+    """A hand-made table with a faulted row and no ``recovery_s`` column ended in
+    ``KeyError: 'recovery_s'`` from the phase figure (and the same for the other columns
+    the figures and the sort read); every records table has them, so one without is
+    not a jitbench table: one line, exit 2, nothing written."""
     d = tmp_path / "hand"
     d.mkdir()
-    (d / "records.csv").write_text("workload,strategy,faults,state_equal,detect_s\n"
-                                   "gpt,jit,kill@rank1:step3,True,2.0\n")
+    cols = {"workload": "gpt", "strategy": "jit", "fault": "kill", "state_equal": "True",
+            "repeat": "0", "recovery_s": "9.5", "wasted_gpu_s": "19.0", "replayed_steps": "0",
+            "detect_s": "2.0"}
+    del cols[drop]
+    (d / "results.csv").write_text(",".join(cols) + "\n" + ",".join(cols.values()) + "\n")
     code, err = jb("report", str(d))
     line = one_line(err)
-    assert code == 2 and "no column recovery_s" in line, err
-    assert sorted(p.name for p in d.iterdir()) == ["records.csv"]
+    assert code == 2 and f"no column {drop}" in line, err
+    assert sorted(p.name for p in d.iterdir()) == ["results.csv"]
+
+
+def test_a_report_kept_as_markdown_only_still_owns_its_folder(jb, results):
+    """An earlier report's folder without the marker (written before it existed) is
+    rewritten when only its markdown was kept (the self-contained HTML deleted)."""
+    code, _ = jb("report", str(results))
+    assert code == 0
+    (results / "report_files" / FILES_MARKER).unlink()
+    (results / "report_files" / "fig00.png").write_bytes(b"an old figure")
+    (results / "report.html").unlink()
+    code, err = jb("report", str(results))
+    assert code == 0, err
+    assert (results / "report.html").exists() and (results / "report_files" / FILES_MARKER).exists()
