@@ -81,7 +81,7 @@ def _load_table(d: Path):
     written."""
     if records.find_table(d) is None:
         return None
-    return records.load_results(d, require=REPORT_COLUMNS, what="records or results")
+    return records.load_results(d, require=REPORT_COLUMNS)
 
 
 def _run_dir(root: Path, recorded: str) -> Path | None:
