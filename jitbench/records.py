@@ -25,7 +25,7 @@ from typing import Any
 from jitbench.errors import ExitStatus, InputError
 
 __all__ = ["KEY_COLUMNS", "RESULTS_VERSION", "SCHEMA", "SUMMARY_VERSION", "Field",
-           "fault_kinds", "find_table", "load_failures", "load_results", "table_verdict",
+           "fault_kinds", "find_table", "is_bool", "load_failures", "load_results", "table_verdict",
            "verdict"]
 
 SUMMARY_VERSION = 1
@@ -246,7 +246,7 @@ def load_failures(path: str | Path, runs=None):
 
 
 # ---------------------------------------------------------------- verdict
-def _is(value: Any, want: bool) -> bool:
+def is_bool(value: Any, want: bool) -> bool:
     """``value`` is the boolean ``want`` (numpy/pandas scalars and "True" strings too)."""
     if hasattr(value, "item"):
         value = value.item()
@@ -284,12 +284,12 @@ def verdict(summary: dict, strict: bool = False) -> tuple[ExitStatus, str]:
             merely not false (else 4).
     """
     s = summary
-    if _is(s.get("interrupted"), True):
+    if is_bool(s.get("interrupted"), True):
         return ExitStatus.INTERRUPTED, "interrupted; what was recorded is kept"
-    completed = _is(s.get("completed"), True)
+    completed = is_bool(s.get("completed"), True)
     if s.get("error_kind") in ("checkpoint", "input") and not completed:
         return ExitStatus.INPUT, str(s.get("error"))
-    if _is(s.get("timed_out"), True):
+    if is_bool(s.get("timed_out"), True):
         return ExitStatus.RUN_FAILED, str(s.get("end_reason") or "the run was stopped "
                                           "after its timeout")
     if not completed:
@@ -304,9 +304,9 @@ def verdict(summary: dict, strict: bool = False) -> tuple[ExitStatus, str]:
     # a peer that trains on with fewer replicas does not promise the fault-free state
     # (summary ``bitwise_promised`` false): its state_equal and max_abs_diff are reported,
     # not judged
-    bitwise = not _is(s.get("bitwise_promised"), False)
-    if bitwise and (_is(s.get("state_equal"), False)
-                    or (strict and not _is(s.get("state_equal"), True))):
+    bitwise = not is_bool(s.get("bitwise_promised"), False)
+    if bitwise and (is_bool(s.get("state_equal"), False)
+                    or (strict and not is_bool(s.get("state_equal"), True))):
         diff = s.get("max_abs_diff")
         return ExitStatus.INCORRECT, ("final state differs from the fault-free run "
                                       + (f"(max_abs_diff {_num(diff):.3g})" if diff is not None
@@ -314,16 +314,16 @@ def verdict(summary: dict, strict: bool = False) -> tuple[ExitStatus, str]:
     most = int(_num(s.get("max_replayed_steps_per_failure")))
     if str(s.get("strategy")) == "jit" and most > 1:
         return ExitStatus.INCORRECT, f"JIT replayed {most} steps in one failure"
-    if (strict and not _is(s.get("replay_ok"), True) and not _is(s.get("replay_ok"), False)
+    if (strict and not is_bool(s.get("replay_ok"), True) and not is_bool(s.get("replay_ok"), False)
             and int(_num(s.get("late_replacements")))):
         return ExitStatus.RUN_FAILED, ("the job finished before the replacement joined: "
                                        "recovery was never reached (run more steps after "
                                        "the fault)")
     # a launched script's own recovery promises no replay bound (``replay_promised``
     # false): its replayed steps are reported, not judged
-    promised = not _is(s.get("replay_promised"), False)
-    if promised and (_is(s.get("replay_ok"), False)
-                     or (strict and not _is(s.get("replay_ok"), True))):
+    promised = not is_bool(s.get("replay_promised"), False)
+    if promised and (is_bool(s.get("replay_ok"), False)
+                     or (strict and not is_bool(s.get("replay_ok"), True))):
         if not bitwise:
             return ExitStatus.INCORRECT, (f"{s.get('strategy')} broke its promise: "
                                           f"{s.get('replay_promise')}")

@@ -191,14 +191,12 @@ def _truthy(v) -> bool:
     return v is True or v == 1
 
 
-def _says_false(v) -> bool:
-    """``v`` is an explicit false (bool, numpy bool, 0, or the text ``False``); an empty
-    cell (None, NaN, missing column) is not: it promises, as :func:`_truthy` judges."""
-    if hasattr(v, "item"):
-        v = v.item()
-    if isinstance(v, str):
-        return v.strip().lower() in ("false", "0")
-    return v is False or (isinstance(v, int | float) and not isinstance(v, bool) and v == 0)
+def _false(v) -> bool:
+    """``v`` is an explicit false (:func:`jitbench.records.is_bool`, as
+    :func:`jitbench.records.verdict` reads a promise); an empty cell promises."""
+    from jitbench.records import is_bool
+
+    return is_bool(v, False)
 
 
 def _empty(v) -> bool:
@@ -369,7 +367,7 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
     # docstring, step 2): a run that withdrew a promise its baseline configuration
     # kept (a launched script's hooks that turned inexact) is judged all the same
     base_promised = {what: {_config(b) for _, b in baseline.iterrows()
-                            if not _says_false(b.get(col))}
+                            if not _false(b.get(col))}
                      for what, col in (("state_equal", "bitwise_promised"),
                                        ("replayed_steps", "replay_promised"))}
     unjudged: dict[str, set[str]] = {}
@@ -380,9 +378,9 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
         if not _truthy(r["completed"]):
             v.checks.append(Check(cfg, "completed", "violation", detail="the run did not complete"))
             continue
-        bitwise = (not _says_false(r.get("bitwise_promised"))
+        bitwise = (not _false(r.get("bitwise_promised"))
                    or _config(r) in base_promised["state_equal"])
-        replay = (not _says_false(r.get("replay_promised"))
+        replay = (not _false(r.get("replay_promised"))
                   or _config(r) in base_promised["replayed_steps"])
         for what, promised in (("state_equal", bitwise), ("replayed_steps", replay)):
             if not promised:
