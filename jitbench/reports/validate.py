@@ -173,7 +173,14 @@ def why_empty(runs: pd.DataFrame, failures: pd.DataFrame) -> str:
     covered = faulty[strategies.map(covers)]
     if len(covered):
         unmeasured = sum(_num(r, "wasted_gpu_s") is None for _, r in covered.iterrows())
-        needs = f"the step time or a phase cost the model needs (step_s, {', '.join(PHASES)})"
+        # a periodic run's prediction also needs its training wall time (predict_run)
+        names = covered["strategy"].astype(str)
+        periodic = names.str.startswith("periodic").any()
+        cols = ["step_s", *(p for p in PHASES if p != "save_s" or (names == "jit").any()),
+                *(["train_wall_s"] if periodic else [])]
+        needs = ("the step time, a phase cost" + (" or the training wall time" if periodic
+                                                   else "")
+                 + f" the model needs ({', '.join(cols)})")
         if unmeasured == len(covered):
             what = "none with a measured wasted_gpu_s (a failure that did not recover)"
         elif unmeasured:

@@ -218,3 +218,14 @@ def test_validate_names_a_strategy_the_model_does_not_cover(jb, tmp_path):
     # covered, but nothing measured to predict from: named too
     lost = runs[runs.strategy == "jit"].assign(wasted_gpu_s=None)
     assert "none with a measured wasted_gpu_s" in why_empty(lost, pd.DataFrame())
+    # a periodic run without its training wall time cannot be predicted: that column is
+    # named among what the model needs (and not for jit, whose prediction never reads it)
+    periodic = runs[runs.strategy == "jit"].assign(strategy="periodic:4", checkpoint_saves=2)
+    assert not validation_table(periodic.assign(train_wall_s=10.0), pd.DataFrame()).empty
+    assert validation_table(periodic, pd.DataFrame()).empty
+    assert "train_wall_s" in why_empty(periodic, pd.DataFrame())
+    assert "save_s" not in why_empty(periodic, pd.DataFrame())  # only jit's needs it
+    jit_only = runs[runs.strategy == "jit"].assign(step_s=None)
+    assert validation_table(jit_only, pd.DataFrame()).empty
+    assert "train_wall_s" not in why_empty(jit_only, pd.DataFrame())
+    assert "step_s" in why_empty(jit_only, pd.DataFrame())
