@@ -11,8 +11,11 @@ microseconds (µs):
   overhead`` reports as ``runtime/step``;
 - ``_begin`` / ``_end``: wall time of :meth:`Runtime._begin` and
   :meth:`Runtime._end` on the training thread, everything included (the event
-  lines, ``strategy.at_boundary``): the runtime's whole per-step cost on the
-  training thread is their sum (``begin + end``);
+  lines, ``strategy.at_boundary``); ``optimizer pre-hook``: the runtime's hook
+  at the optimizer step (the strategy's ``on_optimizer_step``, the state lock);
+  the runtime's whole per-step cost on the training thread is their sum
+  (``begin + pre-hook + end``; ``begin + end`` without the hook, as earlier
+  tables give it);
 - ``in the step end``: ``Boundary.refresh`` (the whole snapshot) as ``_end`` runs
   it, and inside it each part where it runs (timers around the RNG capture and,
   inside it, python's, numpy's and torch's CPU stream, the buffers' copy, the
@@ -36,6 +39,17 @@ microseconds (µs):
 ``step (whole, training thread)`` is each measured step's wall time, begin
 to end of the ``with rt.step()`` block, for scale.
 
+The timers above measure the runtime's work where it runs. Whether that work
+*adds* its time to the training thread, or only takes over a cold-cache cost
+that the script's next Python work would pay anyway, is measured side by side
+(:func:`added_by_runtime`, ``--ab-rounds``): two identical workloads, one under
+an untimed ``jit`` runtime and one under none, alternate in blocks of two steps
+in a seeded random order; ``boundary gap`` is, per block, the time from the end
+of one step's work to the start of the next step's forward, and ``gap
+difference (paired)`` the per-round difference (jit minus none). The last line
+gives its median with a bootstrap 95% interval, plus the pre-hook's median
+(inside the step, so outside the gap): the runtime's added cost per step.
+
 ``--device cuda`` trains on the first GPU (the model, its buffers and the
 optimizer moments there; the runtime then also records one CUDA event per
 boundary, :mod:`jitbench.runtime.device_copy`): the host-side cost on the
@@ -49,7 +63,8 @@ The header names the machine (CPU, ``nproc``, load average before and after;
 the GPU with ``--device cuda``), the commit, Python and torch. Figures are wall
 times on a shared machine: compare medians of runs taken at similar load.
 
-    PYTHONPATH=. python benchmarks/runtime_step_cost.py [--steps 300] [--device cpu|cuda] [--out FILE]
+    PYTHONPATH=. python benchmarks/runtime_step_cost.py [--steps 300] [--ab-rounds 60]
+        [--device cpu|cuda] [--out FILE]
 
 Exit status: 0; 2 for ``--device cuda`` where torch sees no GPU (one line).
 
@@ -127,6 +142,11 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
     rt = Runtime(RuntimeConfig(strategy="jit", ckpt_dir=str(tmp / "ckpt"), hang_first_s=600,
                                hang_floor_s=600, sync_bound_s=600, run_id="bench"),
                  events, rank=0, world_size=1, exit_fn=lambda code: None)
+    # in situ: the runtime's work where it runs, timed only inside the measured steps
+    on = [False]
+    prehook: list[float] = []
+    # the optimizer's pre-hook is the bound method taken at register(): time it first
+    rt._on_optimizer_step = _timed(prehook, rt._on_optimizer_step, on)
     rt.register(wl.model, wl.optimizer, wl.scheduler, scaler=wl.scaler,
                 data_state=wl.data_state, load_data=wl.load_data_state)
     rt.restore()
@@ -134,8 +154,6 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
     end: list[float] = []
     rt._begin = _timed(begin, rt._begin)
     rt._end = _timed(end, rt._end)
-    # in situ: the snapshot's parts where _end runs them, timed only inside the step
-    on = [False]
     situ: dict[str, list[float]] = {k: [] for k in (
         "in the step end: Boundary.refresh", "  rng capture", "    python's stream",
         "    numpy's stream", "    torch's CPU stream", "  buffers copy",
@@ -215,10 +233,95 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
     rts = [e["rt_s"] for e in read_events(tmp) if e["event"] == "step"
            and e["phase"] == "end" and e["step"] > warmup]
     both = [b + e for b, e in zip(begin[warmup:], end[warmup:], strict=True)]
+    every = [x + h for x, h in zip(both, prehook, strict=True)]
     return {"step (whole, training thread)": whole[warmup:], "rt_s (end, runtime)": rts,
             "_begin (training thread)": begin[warmup:],
+            "optimizer pre-hook (training thread)": prehook,
             "_end (training thread)": end[warmup:],
-            "begin + end (training thread)": both, **situ, **parts}
+            "begin + end (training thread)": both,
+            "begin + pre-hook + end": every, **situ, **parts}
+
+
+AB_ARMS = ("jit", "no runtime")
+
+
+def added_by_runtime(rounds: int, warmup: int, size: str, batch_size: int, tmp: Path,
+                     device: torch.device = torch.device("cpu"), seed: int = 0) -> dict:
+    """What the runtime adds to the training thread between two steps, measured side by
+    side (A/B) instead of inside its own functions.
+
+    Two identical workloads train in this process, one under a ``jit`` runtime with
+    no timers (``jit``), one with none (``no runtime``). Each of ``rounds`` rounds
+    (after ``warmup`` excluded ones) runs a block of two consecutive steps of each
+    arm, in an order drawn with ``random.Random(seed)``; the *boundary gap* of a
+    block is the wall time from the end of its first step's own work (after
+    ``loss.item()``) to the start of its second step's forward (its batch fetched):
+    the runtime's step end and begin, the loop, and the batch fetch, which runs from
+    caches as cold as the runtime's work does. Whatever the runtime's share of the
+    cold-cache cost, its cost is the paired difference of the gaps.
+
+    Returns:
+        ``{"boundary gap, jit": [s], "boundary gap, no runtime": [s],
+        "gap difference (paired)": [s]}``, one value per measured round.
+    """
+    torch.manual_seed(0)
+    cfg = WorkloadConfig(name="gpt", size=size, steps=4 * (rounds + warmup) + 2,
+                         batch_size=batch_size, extra={"max_bytes": 200_000})
+    wls = {arm: build_workload(cfg, 0, 1, device) for arm in AB_ARMS}
+    (tmp / "ab").mkdir()
+    events = EventLog(events_path(tmp / "ab", 0, 0), 0, 0)
+    rt = Runtime(RuntimeConfig(strategy="jit", ckpt_dir=str(tmp / "ab" / "ckpt"),
+                               hang_first_s=600, hang_floor_s=600, sync_bound_s=600,
+                               run_id="bench-ab"),
+                 events, rank=0, world_size=1, exit_fn=lambda code: None)
+    w = wls["jit"]
+    rt.register(w.model, w.optimizer, w.scheduler, scaler=w.scaler,
+                data_state=w.data_state, load_data=w.load_data_state)
+    rt.restore()
+
+    def work(wl, step: int) -> tuple[float, float]:
+        b = wl.batch(step, 0)
+        t_fwd = time.perf_counter()
+        loss = wl.loss(wl.model, b)
+        loss.backward()
+        wl.optimizer.step()
+        wl.optimizer.zero_grad(set_to_none=True)
+        wl.scheduler.step()
+        loss.item()
+        return t_fwd, time.perf_counter()
+
+    def jit_step(step: int) -> tuple[float, float]:
+        with rt.step(step):
+            out = work(wls["jit"], step)
+        return out
+
+    steps = {"jit": jit_step, "no runtime": lambda step: work(wls["no runtime"], step)}
+    done = dict.fromkeys(AB_ARMS, 0)
+    gaps: dict[str, list[float]] = {arm: [] for arm in AB_ARMS}
+    order = random.Random(seed)
+    for _ in range(rounds + warmup):
+        for arm in order.sample(AB_ARMS, len(AB_ARMS)):
+            _, t_end = steps[arm](done[arm] + 1)
+            t_fwd, _ = steps[arm](done[arm] + 2)
+            done[arm] += 2
+            gaps[arm].append(t_fwd - t_end)
+    rt.finish()
+    rt.close()
+    events.close()
+    a, b = (gaps[arm][warmup:] for arm in AB_ARMS)
+    return {"boundary gap, jit": a, "boundary gap, no runtime": b,
+            "gap difference (paired)": [x - y for x, y in zip(a, b, strict=True)]}
+
+
+def median_ci(xs: list[float], resamples: int = 2000, seed: int = 0,
+              level: float = 0.95) -> tuple[float, float, float]:
+    """The median of ``xs`` and its percentile-bootstrap interval (``resamples``
+    draws with replacement, ``numpy.random.default_rng(seed)``), in ``xs``' unit."""
+    arr = np.asarray(xs, dtype=float)
+    draws = np.random.default_rng(seed).choice(arr, size=(resamples, arr.size))
+    meds = np.median(draws, axis=1)
+    a = (1.0 - level) / 2.0
+    return float(np.median(arr)), float(np.quantile(meds, a)), float(np.quantile(meds, 1 - a))
 
 
 def _cpu() -> str:
@@ -252,6 +355,14 @@ def report(times: dict, steps: int, size: str, batch_size: int, load0, load1,
         us = sorted(x * 1e6 for x in xs)
         q = statistics.quantiles(us, n=10) if len(us) > 1 else [us[0]] * 9
         head.append(f"{k:40s} {statistics.median(us):8.1f} {q[0]:8.1f} {q[8]:8.1f} {len(us):5d}")
+    diff = times.get("gap difference (paired)")
+    if diff:
+        med, lo, hi = (x * 1e6 for x in median_ci(diff))
+        pre = times.get("optimizer pre-hook (training thread)") or [0.0]
+        pre_us = statistics.median(pre) * 1e6
+        head.append(f"# added by the runtime between two steps (A/B, {len(diff)} paired rounds): "
+                    f"median {med:.1f} us, 95% bootstrap interval [{lo:.1f}, {hi:.1f}]; with the "
+                    f"optimizer pre-hook's {pre_us:.1f} us: {med + pre_us:.1f} us per step")
     return "\n".join(head) + "\n"
 
 
@@ -261,6 +372,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=20, help="excluded first steps")
     ap.add_argument("--size", default="small", help="gpt size (default: the default, small)")
     ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--ab-rounds", type=int, default=60,
+                    help="paired rounds of the A/B boundary-gap measurement (0: skip it)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="train on the CPU or on the first GPU (default cpu)")
     ap.add_argument("--out", type=Path, help="also append the table to this file")
@@ -272,6 +385,9 @@ def main() -> int:
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory() as d:
         times = measure(a.steps, a.warmup, a.size, a.batch_size, Path(d), device)
+        if a.ab_rounds > 0:
+            times.update(added_by_runtime(a.ab_rounds, max(1, a.warmup // 4), a.size,
+                                          a.batch_size, Path(d), device))
     text = report(times, a.steps, a.size, a.batch_size, load0, os.getloadavg(), device)
     print(text, end="")
     if a.out:

@@ -35,5 +35,5 @@ cp "$out/run1/agent.log" "$out/run1-agent.log" 2>/dev/null; rm -rf "$out/run1"
 # the runtime's own cost per step on the training thread, default GPT on the GPU
 timeout "${GPU_COST_TIMEOUT:-120}" python benchmarks/runtime_step_cost.py --device cuda \
     --steps 300 > "$out/runtime-step-cost.txt" 2>&1
-echo "runtime step cost exit $?"; head -n 9 "$out/runtime-step-cost.txt"
+echo "runtime step cost exit $?"; cat "$out/runtime-step-cost.txt"
 exit $rc
