@@ -438,3 +438,52 @@ def test_an_interrupted_overhead_run_exits_130_not_3(jb, tmp_path, monkeypatch, 
     code, err = jb("overhead", "--strategies", strategies, "--out", str(tmp_path / "ov"),
                    "--overwrite")  # an interrupted run's directory is replaced
     assert code == ExitStatus.INTERRUPTED and "not a jitbench" not in err, err
+
+
+@pytest.mark.slow
+def test_runtime_step_cost_script_prints_every_component_and_the_ab_line(tmp_path):
+    """benchmarks/runtime_step_cost.py (what tests/gpu/device_checks.sh runs on a lent
+    GPU) at the tiny size: every component row, the pre-hook inside begin + pre-hook +
+    end, and the A/B line whose median is the paired gaps' median difference."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "cost.txt"
+    proc = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "runtime_step_cost.py"), "--size", "tiny",
+         "--steps", "6", "--warmup", "2", "--ab-rounds", "4", "--out", str(out)],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert out.read_text().strip() == proc.stdout.strip()
+    rows = {}
+    for line in proc.stdout.splitlines():
+        m = re.match(r"^(.+?)\s+(-?[\d.]+)\s+(-?[\d.]+)\s+(-?[\d.]+)\s+(\d+)$", line)
+        if m and not line.startswith("#"):
+            rows[m.group(1).strip()] = (float(m.group(2)), int(m.group(5)))
+    for name in ("_begin (training thread)", "optimizer pre-hook (training thread)",
+                 "_end (training thread)", "begin + pre-hook + end", "rng capture",
+                 "boundary gap, jit", "boundary gap, no runtime", "gap difference (paired)"):
+        assert name in rows, (name, proc.stdout)
+    assert rows["begin + pre-hook + end"][1] == rows["_begin (training thread)"][1] == 6
+    assert rows["gap difference (paired)"][1] == 4
+    # begin + pre-hook + end holds the pre-hook: its median exceeds the pre-hook's
+    assert rows["begin + pre-hook + end"][0] > rows["optimizer pre-hook (training thread)"][0] > 0
+    ab = [ln for ln in proc.stdout.splitlines() if ln.startswith("# added by the runtime")]
+    assert len(ab) == 1 and "4 paired rounds" in ab[0]
+    med = float(re.search(r"median (-?[\d.]+) us", ab[0]).group(1))
+    assert med == pytest.approx(rows["gap difference (paired)"][0], abs=0.1)
+
+
+def test_median_ci_brackets_the_median(monkeypatch):
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.syspath_prepend(str(root / "benchmarks"))  # its sibling module provenance
+    spec = importlib.util.spec_from_file_location("rsc", root / "benchmarks" / "runtime_step_cost.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    xs = [random.Random(1).gauss(10.0, 1.0) for _ in range(200)]
+    med, lo, hi = mod.median_ci(xs, resamples=500)
+    assert lo <= med <= hi and hi - lo < 1.0
+    assert mod.median_ci([3.0] * 5) == (3.0, 3.0, 3.0)
