@@ -332,8 +332,14 @@ def verdict(summary: dict, strict: bool = False) -> tuple[ExitStatus, str]:
             f"{s.get('expected_replayed_steps')} (the steps since the newest committed "
             "checkpoint; at most 1 per failure under jit)")
     if n_unfired:
+        try:
+            last = float(s.get("final_step"))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            last = math.nan
+        ended = (f"the run ended after step {int(last)} first" if math.isfinite(last)
+                 else "the run ended first")
         what = (f"planned fault {', '.join(unfired)}" if unfired
-                else f"{n_unfired} planned fault(s)") + " never fired (the run ended first)"
+                else f"{n_unfired} planned fault(s)") + f" never fired ({ended})"
         if "fired" in s and not s.get("fired"):
             return ExitStatus.RUN_FAILED, f"{what}: nothing was injected, so no recovery " \
                                           "was measured"

@@ -58,6 +58,16 @@ def test_verdict_in_order():
     assert verdict({**ok, "unfired": ["kill@1:t99"], "fired": []})[0] == ExitStatus.RUN_FAILED
     status, why = verdict({**ok, "unfired": ["kill@1:t99"]})
     assert status == ExitStatus.OK and why.startswith("warning: planned fault kill@1:t99")
+    assert why.endswith("never fired (the run ended first)")  # no final step known
+    # the last step the run reached names where it ended (a launched script without
+    # --steps decides its own length; a fault planned past it never fires)
+    for last in (20, 20.0, "20"):
+        _, why = verdict({**ok, "unfired": ["kill@0:50"], "final_step": last})
+        assert why == "warning: planned fault kill@0:50 never fired (the run ended after " \
+                      "step 20 first)"
+    for last in (None, float("nan"), "?"):
+        _, why = verdict({**ok, "unfired": ["kill@0:50"], "final_step": last})
+        assert why.endswith("never fired (the run ended first)")
     # a results row: no lists; strict requires every check
     assert verdict({**ROW, "state_equal": None})[0] == ExitStatus.OK
     assert verdict({**ROW, "state_equal": None}, strict=True)[0] == ExitStatus.INCORRECT
