@@ -25,7 +25,7 @@ from typing import Any
 from jitbench.errors import ExitStatus, InputError
 
 __all__ = ["KEY_COLUMNS", "RESULTS_VERSION", "SCHEMA", "SUMMARY_VERSION", "Field",
-           "fault_kinds", "find_table", "is_bool", "load_failures", "load_results", "table_verdict",
+           "check_cells", "empty_cell", "fault_kinds", "find_table", "is_bool", "load_failures", "load_results", "table_verdict",
            "verdict"]
 
 SUMMARY_VERSION = 1
@@ -129,6 +129,95 @@ of the summary, ``machine_*``, ``auto_*``)."""
 KEY_COLUMNS = ("workload", "strategy", "fault", "state_equal")
 """Columns every results table has (``report`` and ``gate`` refuse a table without them)."""
 
+NUMBER_UNITS = ("s", "GPU-s", "steps", "ranks", "rank-steps", "ratio")
+"""Units of :data:`SCHEMA` columns that hold a measured or counted number >= 0."""
+COUNT_COLUMNS = ("num_failures", "injected_failures", "own_failures", "attempts",
+                 "checkpoint_saves", "unfired_faults", "repeat", "max_abs_diff")
+"""Unit-less :data:`SCHEMA` columns that hold a number >= 0 as well."""
+LABEL_COLUMNS = ("workload", "strategy", "fault")
+"""Columns that name a row's configuration: never empty in a row."""
+
+
+def empty_cell(v: Any) -> bool:
+    """A table cell that holds nothing: None, NaN, pandas NA, or blank text."""
+    if v is None:
+        return True
+    if isinstance(v, str):
+        return not v.strip()
+    try:
+        return bool(v != v)  # NaN (float, numpy); pd.NA raises TypeError
+    except TypeError:
+        return True
+
+
+def _cell_problem(col: str, unit: str, v: Any) -> str | None:
+    """What is wrong with the non-empty cell ``v`` of column ``col`` (unit ``unit``),
+    as the end of a sentence, or None."""
+    x = v.item() if hasattr(v, "item") else v
+    if unit == "bool":
+        if isinstance(x, bool) or (isinstance(x, str) and x.strip().lower() in ("true",
+                                                                                  "false")):
+            return None
+        if isinstance(x, int | float) and x in (0, 1):
+            return None
+        return "a flag must be empty, true or false"
+    try:
+        f = float(x) if not isinstance(x, bool) else math.nan
+    except (TypeError, ValueError):
+        f = math.nan
+    low = 1 if col == "world_size" else 0
+    if math.isfinite(f) and f >= low:
+        return None
+    what = {"s": "seconds", "GPU-s": "GPU-seconds"}.get(unit, unit or "a count")
+    return (f"it must be empty or a finite number >= {low}"
+            + (f" ({what})" if what != "a count" else ""))
+
+
+def check_cells(t, name: str = "results") -> None:
+    """Refuse a table with a cell that cannot be what its column records.
+
+    For the :data:`SCHEMA` columns ``t`` has: a number column (unit in
+    :data:`NUMBER_UNITS`, or :data:`COUNT_COLUMNS`) holds empty cells (None,
+    NaN, blank: not measured, e.g. no failure to time) or finite numbers >= 0
+    (``world_size`` >= 1); a ``bool`` column empty cells, true or false; a
+    :data:`LABEL_COLUMNS` column no empty cell. Nothing of ``t`` is changed.
+
+    Args:
+        t: a records or results table (pandas DataFrame, one row per run).
+        name: how the message names the table (its file, or ``--baseline FILE``).
+
+    Raises:
+        InputError: the first bad cell, in one line naming ``name``, the 1-based row
+            (the header not counted), its configuration and repeat where known, the
+            column and the value (exit status 2).
+    """
+    units = {f.name: f.unit for f in SCHEMA}
+    for col in t.columns:
+        unit = units.get(col)
+        if unit is None:
+            continue
+        label = col in LABEL_COLUMNS
+        if not label and unit not in (*NUMBER_UNITS, "bool") and col not in COUNT_COLUMNS:
+            continue
+        for i, (idx, v) in enumerate(t[col].items(), start=1):
+            if empty_cell(v):
+                why = f"{col} is empty; every row names its {col}" if label else None
+            else:
+                why = None if label else _cell_problem(col, unit, v)
+                if why is not None:
+                    x = v.item() if hasattr(v, "item") else v
+                    why = f"{col} is {x!r}; {why}"
+            if why is None:
+                continue
+            row = t.loc[idx]
+            where = "/".join(str(row[k]) for k in LABEL_COLUMNS
+                             if k in t.columns and not empty_cell(row[k]))
+            if "repeat" in t.columns and not empty_cell(row["repeat"]):
+                where += f" repeat {row['repeat']}"
+            raise InputError(f"{name}: row {i}{f' ({where})' if where.strip() else ''}: "
+                             f"{why} (a corrupt table: nothing was read from it)")
+
+
 _TABLES = ("results.parquet", "results.csv", "records.parquet", "records.csv")
 
 
@@ -161,7 +250,7 @@ def fault_kinds(faults: Any) -> str:
 
 
 def load_results(path: str | Path, require: tuple[str, ...] = KEY_COLUMNS,
-                 what: str = "results"):
+                 what: str = "results", name: str | None = None):
     """A records or results table (pandas DataFrame, one row per run).
 
     ``path`` is a ``.parquet``/``.csv`` table, a sweep directory (its
@@ -175,18 +264,25 @@ def load_results(path: str | Path, require: tuple[str, ...] = KEY_COLUMNS,
         path: the table or directory.
         require: columns the caller reads; a table without one is refused.
         what: how the messages name the table (``results``; ``records or results``).
+        name: how a bad cell's message names the table (default: ``path``).
 
     Raises:
         InputError: missing path, unreadable or non-table file, no table in the
-            directory, no rows, or a required column missing (one line).
+            directory, no rows, a required column missing, or a cell that cannot be
+            what its column records (:func:`check_cells`), in one line.
     """
     import pandas as pd
+
+    def read(f: Path):  # a table file, its cells checked where the file is named
+        t = _read(f, str(f) if f != p else str(path))
+        check_cells(t, name or str(f if f != p else path))
+        return t
 
     p = Path(path)
     if p.is_dir():
         table = find_table(p)
         if table is not None:
-            t = _read(table, str(path))
+            t = read(table)
             if table.name.startswith("records"):
                 t = _as_results(t, p)
         else:
@@ -194,10 +290,10 @@ def load_results(path: str | Path, require: tuple[str, ...] = KEY_COLUMNS,
             if not found:
                 raise InputError(f"{path}: no results.parquet, results.csv or records.csv "
                                  "(not a sweep or run directory)")
-            t = pd.concat([_as_results(_read(f, str(f)), f.parent) for f in found],
+            t = pd.concat([_as_results(read(f), f.parent) for f in found],
                           ignore_index=True)
     elif p.exists():
-        t = _read(p, str(path))
+        t = read(p)
         if "fault" not in t.columns and "faults" in t.columns:
             t = _as_results(t, None)
     else:
@@ -206,6 +302,22 @@ def load_results(path: str | Path, require: tuple[str, ...] = KEY_COLUMNS,
     if missing or t.empty:
         raise InputError(f"{path}: not a jitbench {what} table ("
                          + (f"no column {', '.join(missing)}" if missing else "no rows") + ")")
+    return _numeric(t)
+
+
+def _numeric(t):
+    """``t`` with its number columns (:func:`check_cells`) that pandas read as text (a
+    blank cell among numbers, a parquet column of mixed types) converted to numbers."""
+    import pandas as pd
+
+    units = {f.name: f.unit for f in SCHEMA}
+    cols = [c for c in t.columns if c in units and t[c].dtype == object
+            and (units[c] in NUMBER_UNITS or c in COUNT_COLUMNS)]
+    if not cols:
+        return t
+    t = t.copy()
+    for c in cols:
+        t[c] = pd.to_numeric(t[c].map(lambda v: None if empty_cell(v) else v))
     return t
 
 

@@ -45,8 +45,10 @@ def gate(
     # a gate compares sweeps (repeats of one spec, keyed by its spec_hash); a run's own
     # records lack that column and are refused here (exit 2), not as incomparable (6)
     need = (*KEY_COLUMNS, "spec_hash")
-    base_t = load_results(baseline, require=need, what="sweep results")
-    new_t = load_results(results, require=need, what="sweep results")
+    base_t = load_results(baseline, require=need, what="sweep results",
+                          name=f"--baseline {_shown(baseline)}")
+    new_t = load_results(results, require=need, what="sweep results",
+                         name=str(_shown(results)))
     try:
         verdict = g.compare(base_t, new_t, tolerance=tolerance, floor_s=floor_s,
                             strict_machine=strict_machine,

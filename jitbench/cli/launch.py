@@ -121,8 +121,18 @@ def build_spec(command: list[str], faults: FaultOptions, job: ScriptOptions,
     spec.validate_command()  # a missing script is named before anything else
     if spec.strategy != "own":
         spec.validate()  # refuses it, one line
+    # one fault with no step, time or schedule goes a third of the way in: that needs
+    # the run's length, which a script without --steps decides itself (--fault-every
+    # starts at its interval, a Poisson schedule at step 1)
+    scheduled = any(v is not None for v in (faults.fault_time_s, faults.fault_every,
+                                            faults.mtbf_steps, faults.mtbf_s))
     if faults.kind != "none" and job.steps is None and faults.fault_step is None \
-            and faults.fault_time_s is None:
+            and not scheduled:
+        from jitbench.errors import unknown
+        from jitbench.faults import FAULTS
+
+        if faults.kind not in FAULTS:  # an unknown fault is named first
+            raise InputError(unknown("fault", faults.kind, ["none", *sorted(FAULTS)]))
         raise InputError("the script decides its own steps: give --fault-step (or --steps, "
                          "and the fault goes a third of the way in)")
     spec.faults = faults.plan(job.steps or UNKNOWN_STEPS, spec.world_size, job.seed)

@@ -32,9 +32,11 @@
    replicas) has its ``state_equal`` reported, not judged, and one whose
    ``replay_promised`` is false (``own``) its replay, unless a baseline row of the
    same configuration promised it (a run must not pass by withdrawing a promise,
-   as a launched script's hooks do when they turn inexact); an empty cell or a
-   table without the column promises (the built-in strategies), as in
-   :func:`jitbench.records.verdict`.
+   as a launched script's hooks do when they turn inexact); an empty cell
+   promises (the built-in strategies), as in :func:`jitbench.records.verdict`,
+   and so does a results table without the column. A baseline recorded before
+   the column existed promises nothing by itself: the run's own flag decides
+   (an ``own`` sweep stays unjudged against such a baseline).
 
 3. **Timings, as ratios with a noise-aware tolerance** (exit 5 on a
    regression), per configuration and metric (:data:`TIMINGS`): with ``b`` the
@@ -62,11 +64,11 @@ One line per regressed metric and per broken invariant is printed.
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, field
 
 from jitbench.errors import IncomparableError, InputError
+from jitbench.records import check_cells, is_bool
 
 TIMINGS = ("detect_s", "save_s", "restart_s", "restore_s", "recovery_s", "wasted_gpu_s",
            "step_s")
@@ -166,8 +168,13 @@ def _flatten(x, prefix: str = "") -> dict:
     return {prefix: x}
 
 
-def _specs(t, key) -> list[dict] | None:
-    """The distinct flattened specs of one configuration (None without ``spec_json``)."""
+def _specs(t, key, name: str = "results") -> list[dict] | None:
+    """The distinct flattened specs of one configuration (None without ``spec_json``).
+
+    Raises:
+        InputError: a ``spec_json`` cell of the configuration is not a JSON object
+            (one line naming ``name``, the configuration and the cell; exit 2).
+    """
     import json
 
     if "spec_json" not in t.columns:
@@ -175,7 +182,19 @@ def _specs(t, key) -> list[dict] | None:
     sel = t
     for col, val in zip(KEY, key, strict=True):
         sel = sel[sel[col] == val]
-    return [_flatten(json.loads(s)) for s in dict.fromkeys(sel["spec_json"].astype(str))]
+    out = []
+    for cell in dict.fromkeys(sel["spec_json"].tolist()):
+        try:
+            spec = json.loads(cell) if isinstance(cell, str) else None
+        except ValueError:
+            spec = None
+        if not isinstance(spec, dict):
+            shown = cell if not isinstance(cell, str) or len(cell) <= 40 else cell[:40] + "..."
+            raise InputError(f"{name}: {'/'.join(map(str, key))}: spec_json is {shown!r}, "
+                             "not a run spec (a JSON object; a corrupt table: nothing "
+                             "compared)")
+        out.append(_flatten(spec))
+    return out
 
 
 def _spread(xs: list[float]) -> float:
@@ -194,60 +213,7 @@ def _truthy(v) -> bool:
 def _false(v) -> bool:
     """``v`` is an explicit false (:func:`jitbench.records.is_bool`, as
     :func:`jitbench.records.verdict` reads a promise); an empty cell promises."""
-    from jitbench.records import is_bool
-
     return is_bool(v, False)
-
-
-def _empty(v) -> bool:
-    """A cell that holds nothing: None, NaN, pandas NA, or blank text."""
-    if v is None:
-        return True
-    if isinstance(v, str):
-        return not v.strip()
-    try:
-        return bool(v != v)  # NaN (float, numpy), pd.NA raises TypeError
-    except TypeError:
-        return True
-
-
-def check_timings(t, name: str = "results") -> None:
-    """Refuse a table with a timing cell that is not a measurement.
-
-    Every cell of the :data:`TIMINGS` columns that ``t`` has must be empty (None,
-    NaN, blank: a run without a failure times no recovery) or a finite number of
-    seconds (GPU-seconds for ``*_gpu_s``) >= 0.
-
-    Args:
-        t: a results table (pandas DataFrame, one row per run).
-        name: how the message names the table (its file, or ``baseline``).
-
-    Raises:
-        InputError: the first bad cell, in one line naming ``name``, the 1-based
-            row (the header not counted), its configuration and repeat, the column
-            and the value (exit status 2).
-    """
-    for m in TIMINGS:
-        if m not in t.columns:
-            continue
-        for i, (idx, v) in enumerate(t[m].items(), start=1):
-            if _empty(v):
-                continue
-            x = v.item() if hasattr(v, "item") else v
-            try:
-                ok = not isinstance(x, bool) and math.isfinite(float(x)) and float(x) >= 0
-            except (TypeError, ValueError):
-                ok = False
-            if ok:
-                continue
-            row = t.loc[idx]
-            where = "/".join(str(row[k]) for k in KEY if k in t.columns)
-            if "repeat" in t.columns and not _empty(row["repeat"]):
-                where += f" repeat {row['repeat']}"
-            unit = "GPU-seconds" if m.endswith("gpu_s") else "seconds"
-            raise InputError(f"{name}: row {i}{f' ({where})' if where else ''}: {m} is "
-                             f"{x!r}; a timing must be empty or a finite number of {unit} "
-                             ">= 0 (a corrupt table: nothing compared)")
 
 
 def _version(x) -> str:
@@ -303,8 +269,9 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
     Raises:
         Incomparable: a comparability key differs, or a table lacks a column the
             checks read (see the module docstring; exit status 6).
-        InputError: a timing cell is not empty and not a finite number >= 0
-            (:func:`check_timings`; exit status 2).
+        InputError: a cell cannot be what its column records, e.g. a timing that
+            is not empty and not a finite number >= 0
+            (:func:`jitbench.records.check_cells`; exit status 2).
     """
     import pandas as pd
 
@@ -316,7 +283,7 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
                   *TIMINGS):
             _col(t, k)
     for name, t in zip(names, (baseline, results), strict=True):
-        check_timings(t, name)
+        check_cells(t, name)
     bv, rv = set(_col(baseline, "results_version")), set(_col(results, "results_version"))
     if bv != rv or len(bv) != 1:
         raise Incomparable(f"results_version {sorted(rv)} vs baseline {sorted(bv)}")
@@ -344,8 +311,8 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
     one_sided: set[str] = set()
     for k in rh.index:
         name = "/".join(map(str, k))
-        specs_b = _specs(baseline, k)
-        specs_r = _specs(results, k)
+        specs_b = _specs(baseline, k, names[0])
+        specs_r = _specs(results, k, names[1])
         if specs_b is None or specs_r is None:  # no spec_json column: fall back to the hash
             if rh[k] != bh[k]:
                 raise Incomparable(f"{name}: spec_hash {rh[k]} vs baseline {bh[k]} (the run "
@@ -367,7 +334,7 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
     # docstring, step 2): a run that withdrew a promise its baseline configuration
     # kept (a launched script's hooks that turned inexact) is judged all the same
     base_promised = {what: {_config(b) for _, b in baseline.iterrows()
-                            if not _false(b.get(col))}
+                            if col in baseline.columns and not _false(b.get(col))}
                      for what, col in (("state_equal", "bitwise_promised"),
                                        ("replayed_steps", "replay_promised"))}
     unjudged: dict[str, set[str]] = {}
@@ -410,7 +377,9 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
         sel_b = (baseline[list(KEY)] == pd.Series(k, index=list(KEY))).all(axis=1)
         sel_r = (results[list(KEY)] == pd.Series(k, index=list(KEY))).all(axis=1)
         cfg = "/".join(map(str, k))
-        world = int(results[sel_r]["world_size"].iloc[0]) if "world_size" in results else 1
+        sizes = (pd.to_numeric(results[sel_r]["world_size"], errors="coerce").dropna()
+                 if "world_size" in results else ())
+        world = int(sizes.iloc[0]) if len(sizes) else 1  # unrecorded: the floor of one rank
         for m in TIMINGS:
             b = [float(x) for x in pd.to_numeric(baseline[sel_b][m], errors="coerce").dropna()]
             r = [float(x) for x in pd.to_numeric(results[sel_r][m], errors="coerce").dropna()]

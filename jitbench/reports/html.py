@@ -246,8 +246,9 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
         SpecError: the directory holds neither results, records nor an overhead
             measurement; ``out_path`` is a directory, a markdown file, or (it or the
             markdown beside it) an existing file that is not a jitbench report, or its
-            figures folder ``<name>_files/`` holds files and is not a report's (no
-            :data:`FILES_MARKER`).
+            figures folder ``<name>_files/`` holds files and is not a report's
+            (:func:`_owns_files_dir`: no :data:`FILES_MARKER`, and not only the figures
+            of an earlier report kept beside it); ``sweep.json`` is unreadable.
     """
     from jitbench.reports import plots
 
@@ -277,17 +278,8 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
         raise SpecError(f"--out {out_path or html_path}: {files_dir} exists and is not a "
                         f"jitbench report's figures folder; give a new file name (the "
                         f"report never replaces other files)")
-    try:
-        files_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise SpecError(f"cannot write the report into {html_path.parent}: "
-                        f"{exc.strerror}") from None
-    _save(files_dir / FILES_MARKER, FILES_MARKER_TEXT.encode())
+    meta = _sweep_meta(d)
     figures: list[tuple[str, str, str, bytes]] = []  # (section, title, caption, png)
-
-    meta: dict = {}
-    if (d / "sweep.json").exists():
-        meta = json.loads((d / "sweep.json").read_text())
     if t is not None and len(t):
         t = t.copy()
         order = {s: i for i, s in enumerate(plots.strategy_order(t["strategy"]))}
@@ -341,6 +333,17 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
                                                    if osegs is not None else None))))
 
     model, mmd = _model_sections(d, t, figures)
+    # the figures folder is made (and marked) only now that every figure is drawn: a
+    # report that fails before leaves nothing behind
+    try:
+        files_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(f"cannot write the report into {html_path.parent}: "
+                        f"{exc.strerror}") from None
+    _save(files_dir / FILES_MARKER, FILES_MARKER_TEXT.encode())
+    for old in files_dir.iterdir():  # an earlier report's figures this one does not redraw
+        if FIGURE_NAME.fullmatch(old.name) and int(old.name[3:-4]) >= len(figures):
+            old.unlink(missing_ok=True)
     for i, (_, _, _, png) in enumerate(figures):
         _save(files_dir / f"fig{i:02d}.png", png)
     figs = [{"section": sec, "title": ftitle, "caption": caption, "index": i,
@@ -427,6 +430,25 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
     return html_path, md_path
 
 
+def _sweep_meta(d: Path) -> dict:
+    """A sweep directory's ``sweep.json`` ({} when there is none).
+
+    Raises:
+        SpecError: it cannot be read or is not a JSON object (one line, exit 2).
+    """
+    p = d / "sweep.json"
+    if not p.exists():
+        return {}
+    try:
+        meta = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else f"not valid JSON: {exc}"
+        raise SpecError(f"{p}: cannot read the sweep's description ({why})") from None
+    if not isinstance(meta, dict):
+        raise SpecError(f"{p}: the sweep's description is not a JSON object")
+    return meta
+
+
 def script_lines(meta: dict) -> list[tuple[str, str]]:
     """``(workload, command)`` of each launched script of a sweep (``sweep.json``'s
     ``scripts``: ``jitbench sweep --script PATH --script-args ARGS``), the command as
@@ -482,11 +504,15 @@ def comparison_lines(t) -> list[str]:
                 parts.append(f"{best} {what} ({med[col][best]:.2f} {unit})")
         if "state_equal" in g:
             diff = g[g["state_equal"] == False]  # noqa: E712
-            if len(diff):
+            if len(diff) and "max_abs_diff" in g:
                 parts.append("not the fault-free state: " + ", ".join(
                     f"{st} (max_abs_diff {d:.3g})" for st, d in
                     diff.groupby("strategy")["max_abs_diff"].max().items()))
-        ws = int(g["world_size"].median()) if "world_size" in g else None
+            elif len(diff):  # a table without the column: the strategies still named
+                parts.append("not the fault-free state: "
+                             + ", ".join(sorted(set(diff["strategy"].astype(str)))))
+        ws_med = g["world_size"].median() if "world_size" in g else None
+        ws = int(ws_med) if ws_med is not None and ws_med == ws_med else None
         parts += _at_scale(med, ws)
         out.append(f"{w} · {f}" + (f" at {ws} ranks" if ws else "") + ": "
                    + "; ".join(parts) + ".")

@@ -154,7 +154,8 @@ def why_empty(runs: pd.DataFrame, failures: pd.DataFrame) -> str:
     error message): no run had a failure; the runs with a failure are all under
     strategies the model does not cover (:data:`COVERED`; e.g. ``own``, a script's own
     recovery); or the covered ones lack what the model needs (a measured
-    ``wasted_gpu_s``, the step time or a phase cost). Several causes are joined by
+    ``wasted_gpu_s``, or the world size, step time, a phase cost or, for
+    ``periodic:N``, the training wall time). Several causes are joined by
     ``;``. Call it only when the table is empty."""
     if runs.empty or "num_failures" not in runs.columns or "strategy" not in runs.columns:
         return "no run with a failure to validate against"
@@ -162,11 +163,13 @@ def why_empty(runs: pd.DataFrame, failures: pd.DataFrame) -> str:
     if faulty.empty:
         return (f"no run with a failure to validate against ({_plural(len(runs), 'run')}, "
                 "none with num_failures > 0)")
-    strategies = faulty["strategy"].astype(str)
+    # a table that did not come through load_results may hold an empty strategy cell
+    faulty = faulty.assign(strategy=faulty["strategy"].fillna("").astype(str))
+    strategies = faulty["strategy"]
     other = faulty[~strategies.map(covers)]
     causes = []
     if len(other):
-        names = sorted(set(other["strategy"].astype(str)))
+        names = sorted(set(other["strategy"]))
         causes.append(f"{_plural(len(other), 'run')} with a failure under strategy "
                       f"{', '.join(names)}, which the model does not predict (it covers: "
                       f"{', '.join(COVERED)})")
@@ -176,11 +179,10 @@ def why_empty(runs: pd.DataFrame, failures: pd.DataFrame) -> str:
         # a periodic run's prediction also needs its training wall time (predict_run)
         names = covered["strategy"].astype(str)
         periodic = names.str.startswith("periodic").any()
-        cols = ["step_s", *(p for p in PHASES if p != "save_s" or (names == "jit").any()),
+        cols = ["world_size", "step_s",
+                *(p for p in PHASES if p != "save_s" or (names == "jit").any()),
                 *(["train_wall_s"] if periodic else [])]
-        needs = ("the step time, a phase cost" + (" or the training wall time" if periodic
-                                                   else "")
-                 + f" the model needs ({', '.join(cols)})")
+        needs = f"a value the model needs ({', '.join(cols)})"
         if unmeasured == len(covered):
             what = "none with a measured wasted_gpu_s (a failure that did not recover)"
         elif unmeasured:

@@ -79,6 +79,15 @@ def test_gate_judges_invariants_only_where_the_run_promised_them(jb, tmp_path):
     old = t.drop(columns=["replay_promised", "bitwise_promised"])
     assert {c.metric for c in g.compare(old, old).violations} == {"replayed_steps",
                                                                    "state_equal"}
+    # new results that record their promises against such an older baseline: the
+    # baseline promises nothing by itself, the runs' own flags decide (a trial: an
+    # ``own`` sweep failed with exit 4 against its own older baseline)
+    v = g.compare(old, t)
+    assert not v.violations, v.lines()
+    assert any("state_equal reported, not judged" in n and "script:mytrain.py/own/kill" in n
+               for n in v.notes)
+    assert {c.config.split(" (")[0] for c in g.compare(old, bad).violations} == {
+        "script:mytrain.py/jit/kill"}
 
 
 # ---------------------------------------------------------------- 5: gate timings
@@ -102,7 +111,7 @@ def test_gate_refuses_a_timing_that_is_not_a_measurement(jb, tmp_path, value, si
     line = one_line(err)
     assert code == 2, err
     assert str(bp) in line and "row 3 (script:mytrain.py/jit/kill repeat 0)" in line
-    assert "recovery_s is" in line and "finite number of seconds >= 0" in line
+    assert "recovery_s is" in line and "empty or a finite number >= 0 (seconds)" in line
     assert (side == "baseline") == ("--baseline" in line)
     assert bp.read_bytes() == before
     with pytest.raises(InputError, match="recovery_s"):
@@ -229,3 +238,101 @@ def test_validate_names_a_strategy_the_model_does_not_cover(jb, tmp_path):
     assert validation_table(jit_only, pd.DataFrame()).empty
     assert "train_wall_s" not in why_empty(jit_only, pd.DataFrame())
     assert "step_s" in why_empty(jit_only, pd.DataFrame())
+    # the world size is named among them too (a trial: world_size -2 was blamed on step_s)
+    no_world = runs[runs.strategy == "jit"].assign(world_size=None)
+    assert validation_table(no_world, pd.DataFrame()).empty
+    assert "world_size" in why_empty(no_world, pd.DataFrame())
+    # a table handed over directly with an empty strategy cell is still explained
+    blank = runs.assign(strategy=None)
+    assert "which the model does not predict" in why_empty(blank, pd.DataFrame())
+
+
+# ---------------------------------------------------------------- 6: corrupt cells (2026-12-04)
+@pytest.mark.parametrize("column, value, says", [
+    ("detect_s", -100.0, "detect_s is -100.0; it must be empty or a finite number >= 0 "
+                         "(seconds)"),
+    ("wasted_gpu_s", "abc", "wasted_gpu_s is 'abc'; it must be empty or a finite number "
+                            ">= 0 (GPU-seconds)"),
+    ("num_failures", float("inf"), "num_failures is inf; it must be empty or a finite "
+                                   "number >= 0"),
+    ("world_size", -2, "world_size is -2; it must be empty or a finite number >= 1"),
+    ("repeat", "x", "repeat is 'x'"),
+    ("recovery_s", "abc", "recovery_s is 'abc'"),
+    ("unfired_faults", "abc", "unfired_faults is 'abc'"),
+    ("state_equal", "maybe", "state_equal is 'maybe'; a flag must be empty, true or false"),
+    ("strategy", None, "strategy is empty; every row names its strategy"),
+    ("workload", None, "workload is empty; every row names its workload"),
+])
+@pytest.mark.parametrize("command", ["validate", "report", "gate"])
+def test_a_corrupt_cell_is_named_by_every_command_that_reads_the_table(
+        jb, tmp_path, column, value, says, command):
+    """A cell that cannot be what its column records is refused in one line naming the
+    file, the row and the cell (exit 2) by validate, report and gate alike: found as
+    internal errors (exit 1) or silently wrong output (exit 0) in a new-user trial; the
+    table and everything else in the directory stay as they were."""
+    good = _rows()
+    if column not in good:
+        good[column] = 0
+    bad = good.copy()
+    bad[column] = bad[column].astype(object)
+    bad.loc[1, column] = value
+    d = tmp_path / "sweep"
+    d.mkdir()
+    bad.to_csv(d / "results.csv", index=False)
+    before = sorted(p.name for p in d.iterdir())
+    table = (d / "results.csv").read_bytes()
+    if command == "gate":
+        base = tmp_path / "base.csv"
+        good.to_csv(base, index=False)
+        code, err = jb("gate", "--baseline", str(base), str(d))
+    else:
+        code, err = jb(command, str(d))
+    line = one_line(err)
+    assert code == 2, err
+    assert line.startswith("error: ") and "results.csv: row 2" in line, line
+    assert says in line, line
+    assert sorted(p.name for p in d.iterdir()) == before  # no report folder left behind
+    assert (d / "results.csv").read_bytes() == table
+
+
+def test_report_refuses_an_unreadable_sweep_description_and_drops_stale_figures(jb, tmp_path):
+    """report: a corrupt ``sweep.json`` is one line (exit 2; was a JSONDecodeError, exit
+    1, after the figures folder had been made); a report written again with fewer
+    figures removes the earlier report's figures it no longer draws."""
+    d = tmp_path / "sweep"
+    d.mkdir()
+    _rows().to_csv(d / "results.csv", index=False)
+    for text in ("{bad", "[1, 2]"):
+        (d / "sweep.json").write_text(text)
+        code, err = jb("report", str(d))
+        assert code == 2 and "sweep.json" in one_line(err), err
+        assert not (d / "report_files").exists() and not (d / "report.html").exists()
+    (d / "sweep.json").unlink()
+    code, err = jb("report", str(d))
+    assert code == 0, err
+    files = d / "report_files"
+    drawn = sorted(p.name for p in files.glob("fig*.png"))
+    (files / "fig97.png").write_bytes(b"an earlier report's figure")
+    (files / "notes.txt").write_text("the user's own file")  # marked folder: kept anyway
+    code, err = jb("report", str(d))
+    assert code == 0, err
+    assert sorted(p.name for p in files.glob("fig*.png")) == drawn
+    assert (files / "notes.txt").read_text() == "the user's own file"
+
+
+def test_gate_names_a_spec_that_is_not_json_and_tolerates_an_unrecorded_world_size(jb,
+                                                                                   tmp_path):
+    good = _rows().assign(spec_json=json.dumps({"steps": 8, "nproc": 2}))
+    bad = good.copy()
+    bad.loc[0, "spec_json"] = "{bad"
+    gp, bp = tmp_path / "good.csv", tmp_path / "bad.csv"
+    good.to_csv(gp, index=False)
+    bad.to_csv(bp, index=False)
+    code, err = jb("gate", "--baseline", str(gp), str(bp))
+    line = one_line(err)
+    assert code == 2 and str(bp) in line and "spec_json is '{bad', not a run spec" in line
+    # an empty world_size (not recorded) is no crash: GPU-second floors use one rank
+    nows = good.assign(world_size=None)
+    nows.to_csv(bp, index=False)
+    code, err = jb("gate", "--baseline", str(bp), str(bp))
+    assert code == 0, err

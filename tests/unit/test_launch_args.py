@@ -99,6 +99,25 @@ def test_a_step_without_steps_is_checked_from_below_only(kw, message):
     assert _build([EXAMPLE], fault="kill", fault_step=5 * 10**9).faults[0].step == 5 * 10**9
 
 
+def test_a_schedule_without_steps_needs_no_fault_step():
+    """--fault-every starts at its interval and a Poisson schedule at step 1: neither
+    needs the run's length, so a launch without --steps takes them without --fault-step
+    (a trial: each was refused with 'give --fault-step'); an unknown fault is named
+    before a step is asked for."""
+    every = _build([EXAMPLE], fault="kill", fault_every=3, fault_count=2)
+    assert [(f.kind, f.step) for f in every.faults] == [("kill", 3), ("kill", 6)]
+    poisson = _build([EXAMPLE], fault="kill", mtbf_steps=5.0, fault_count=3)
+    assert len(poisson.faults) == 3 and all(f.step >= 1 for f in poisson.faults)
+    timed = _build([EXAMPLE], fault="kill", mtbf_s=1.0, fault_count=2)
+    assert len(timed.faults) == 2 and all(f.time_s is not None for f in timed.faults)
+    with pytest.raises(InputError, match="unknown step count is more than 1000 faults"):
+        _build([EXAMPLE], fault="kill", fault_every=1)
+    with pytest.raises(InputError, match="unknown fault 'bogus'"):
+        _build([EXAMPLE], fault="bogus")
+    with pytest.raises(InputError, match="give --fault-step"):
+        _build([EXAMPLE], fault="kill")
+
+
 def test_a_scenario_step_without_steps_is_checked_from_below_only(tmp_path):
     scenario = tmp_path / "s.toml"
     scenario.write_text("[[fault]]\nkind='kill'\nstep=0\n")
