@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from jitbench.cli import console
-from jitbench.errors import ExitStatus, IncomparableError, SpecError
+from jitbench.errors import ExitStatus, IncomparableError, InputError, SpecError
 
 
 def gate(
@@ -39,12 +39,18 @@ def gate(
     for flag, v in (("--tolerance", tolerance), ("--floor-s", floor_s)):
         if not (math.isfinite(v) and v >= 0):
             raise SpecError(f"{flag} must be a finite number >= 0, got {v}")
-    from jitbench.records import KEY_COLUMNS, load_results
+    from jitbench.records import KEY_COLUMNS, find_table, load_results
     from jitbench.reports import gate as g
 
     # a gate compares sweeps (repeats of one spec, keyed by its spec_hash); a run's own
     # records lack that column and are refused here (exit 2), not as incomparable (6)
     need = (*KEY_COLUMNS, "spec_hash")
+    for flag, path in (("--baseline ", baseline), ("", results)):
+        table = find_table(path) if path.is_dir() else None
+        if table is not None and table.name.startswith("records"):
+            raise InputError(f"{flag}{path}: a run's records ({table.name}); gate compares "
+                             "the results of a sweep (jitbench sweep --out DIR writes "
+                             "DIR/results.csv)")
     base_t = load_results(baseline, require=need, what="sweep results",
                           name=f"--baseline {_shown(baseline)}")
     new_t = load_results(results, require=need, what="sweep results",

@@ -423,6 +423,8 @@ def test_new_user_pass_of_2026_12_02(jb, tmp_path, capsys):
         (("report", str(good), "--out", str(tmp_path / "notes.html")),
          "notes.md exists and is not a jitbench report"),
         (("gate", "--baseline", str(good), str(run)),
+         "a run's records (records.csv); gate compares the results of a sweep"),
+        (("gate", "--baseline", str(good), str(run / "records.csv")),
          "not a jitbench sweep results table (no column spec_hash)"),
         (("launch", "--", str(tmp_path / "nope.py")), "nope.py does not exist"),
         (("launch", "--", "-m", "no_such_module_xyz"), "is not importable here"),

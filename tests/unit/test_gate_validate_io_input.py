@@ -336,3 +336,21 @@ def test_gate_names_a_spec_that_is_not_json_and_tolerates_an_unrecorded_world_si
     nows.to_csv(bp, index=False)
     code, err = jb("gate", "--baseline", str(bp), str(bp))
     assert code == 0, err
+
+
+def test_gate_names_a_run_directory_given_for_a_sweep(jb, tmp_path):
+    """gate of a run directory (its records) says that gate compares a sweep's results,
+    instead of 'no column spec_hash' (a new-user trial)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    _rows().drop(columns=["spec_hash"]).to_csv(run / "records.csv", index=False)
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    _rows().to_csv(sweep / "results.csv", index=False)
+    for args, flag in ((("--baseline", str(sweep), str(run)), ""),
+                       (("--baseline", str(run), str(sweep)), "--baseline ")):
+        code, err = jb("gate", *args)
+        line = one_line(err)
+        assert code == 2 and line.startswith(f"error: {flag}{run}: a run's records "
+                                             "(records.csv); gate compares the results of "
+                                             "a sweep"), line
