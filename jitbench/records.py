@@ -136,6 +136,9 @@ COUNT_COLUMNS = ("num_failures", "injected_failures", "own_failures", "attempts"
 """Unit-less :data:`SCHEMA` columns that hold a number >= 0 as well."""
 LABEL_COLUMNS = ("workload", "strategy", "fault")
 """Columns that name a row's configuration: never empty in a row."""
+UNBOUNDED_COLUMNS = ("max_abs_diff",)
+"""Number columns that may hold +inf: a final state whose tensors differ in shape or
+dtype from the reference's (:func:`jitbench.harness.metrics.compare_states`)."""
 
 
 def empty_cell(v: Any) -> bool:
@@ -166,10 +169,11 @@ def _cell_problem(col: str, unit: str, v: Any) -> str | None:
     except (TypeError, ValueError):
         f = math.nan
     low = 1 if col == "world_size" else 0
-    if math.isfinite(f) and f >= low:
+    if (math.isfinite(f) or (f == math.inf and col in UNBOUNDED_COLUMNS)) and f >= low:
         return None
     what = {"s": "seconds", "GPU-s": "GPU-seconds"}.get(unit, unit or "a count")
-    return (f"it must be empty or a finite number >= {low}"
+    finite = "" if col in UNBOUNDED_COLUMNS else "finite "
+    return (f"it must be empty or a {finite}number >= {low}"
             + (f" ({what})" if what != "a count" else ""))
 
 
@@ -179,7 +183,7 @@ def check_cells(t, name: str = "results") -> None:
     For the :data:`SCHEMA` columns ``t`` has: a number column (unit in
     :data:`NUMBER_UNITS`, or :data:`COUNT_COLUMNS`) holds empty cells (None,
     NaN, blank: not measured, e.g. no failure to time) or finite numbers >= 0
-    (``world_size`` >= 1); a ``bool`` column empty cells, true or false; a
+    (``world_size`` >= 1; +inf too in :data:`UNBOUNDED_COLUMNS`); a ``bool`` column empty cells, true or false; a
     :data:`LABEL_COLUMNS` column no empty cell. Nothing of ``t`` is changed.
 
     Args:

@@ -295,6 +295,23 @@ def test_a_corrupt_cell_is_named_by_every_command_that_reads_the_table(
     assert (d / "results.csv").read_bytes() == table
 
 
+def test_check_cells_takes_what_jitbench_records():
+    """Cells jitbench itself writes pass: empty timings of a run without a failure,
+    booleans as text, and max_abs_diff inf (a state of another shape); the negative
+    or infinite timing does not."""
+    from jitbench.records import check_cells
+
+    t = _rows().assign(max_abs_diff=float("inf"), completed="True", state_equal="false")
+    t.loc[0, "recovery_s"] = None
+    check_cells(t)
+    t.loc[1, "recovery_s"] = float("inf")
+    with pytest.raises(InputError, match="recovery_s is inf; it must be empty or a finite "):
+        check_cells(t)
+    with pytest.raises(InputError, match="max_abs_diff is -1.0; it must be empty or a "
+                                         "number >= 0"):
+        check_cells(_rows().assign(max_abs_diff=-1.0))
+
+
 def test_report_refuses_an_unreadable_sweep_description_and_drops_stale_figures(jb, tmp_path):
     """report: a corrupt ``sweep.json`` is one line (exit 2; was a JSONDecodeError, exit
     1, after the figures folder had been made); a report written again with fewer
