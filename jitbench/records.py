@@ -153,28 +153,31 @@ def empty_cell(v: Any) -> bool:
         return True
 
 
-def _cell_problem(col: str, unit: str, v: Any) -> str | None:
-    """What is wrong with the non-empty cell ``v`` of column ``col`` (unit ``unit``),
-    as the end of a sentence, or None."""
+_FLAGS = {"true": True, "false": False, "1": True, "0": False}
+"""Text a ``bool`` cell may hold (case and surrounding blanks ignored)."""
+
+
+def _number_cells(col) -> tuple[Any, Any]:
+    """``(values, empty)`` of a number column (pandas Series): each cell parsed as
+    pandas parses numbers (NaN where it cannot), and which cells hold nothing
+    (:func:`empty_cell`). Booleans are not numbers here."""
+    import numpy as np
+    import pandas as pd
+
+    empty = col.map(empty_cell).astype(bool)
+    raw = col.map(lambda v: math.nan if empty_cell(v) or isinstance(v, bool | np.bool_)
+                  else (v.strip() if isinstance(v, str) else v))
+    return pd.to_numeric(raw, errors="coerce").astype(float), empty
+
+
+def _flag_ok(v: Any) -> bool:
+    """A non-empty ``bool`` cell: a boolean, true/false/1/0 as text, or 0/1."""
     x = v.item() if hasattr(v, "item") else v
-    if unit == "bool":
-        if isinstance(x, bool) or (isinstance(x, str) and x.strip().lower() in ("true",
-                                                                                  "false")):
-            return None
-        if isinstance(x, int | float) and x in (0, 1):
-            return None
-        return "a flag must be empty, true or false"
-    try:
-        f = float(x) if not isinstance(x, bool) else math.nan
-    except (TypeError, ValueError):
-        f = math.nan
-    low = 1 if col == "world_size" else 0
-    if (math.isfinite(f) or (f == math.inf and col in UNBOUNDED_COLUMNS)) and f >= low:
-        return None
-    what = {"s": "seconds", "GPU-s": "GPU-seconds"}.get(unit, unit or "a count")
-    finite = "" if col in UNBOUNDED_COLUMNS else "finite "
-    return (f"it must be empty or a {finite}number >= {low}"
-            + (f" ({what})" if what != "a count" else ""))
+    if isinstance(x, bool):
+        return True
+    if isinstance(x, str):
+        return x.strip().lower() in _FLAGS
+    return isinstance(x, int | float) and x in (0, 1)
 
 
 def check_cells(t, name: str = "results") -> None:
@@ -182,9 +185,11 @@ def check_cells(t, name: str = "results") -> None:
 
     For the :data:`SCHEMA` columns ``t`` has: a number column (unit in
     :data:`NUMBER_UNITS`, or :data:`COUNT_COLUMNS`) holds empty cells (None,
-    NaN, blank: not measured, e.g. no failure to time) or finite numbers >= 0
-    (``world_size`` >= 1; +inf too in :data:`UNBOUNDED_COLUMNS`); a ``bool`` column empty cells, true or false; a
-    :data:`LABEL_COLUMNS` column no empty cell. Nothing of ``t`` is changed.
+    NaN, blank: not measured, e.g. no failure to time) or numbers as pandas
+    parses them, finite and >= 0 (``world_size`` >= 1; +inf too in
+    :data:`UNBOUNDED_COLUMNS`); a ``bool`` column empty cells, true/false or
+    1/0; a :data:`LABEL_COLUMNS` column no empty cell. Nothing of ``t`` is
+    changed (:func:`load_results` then converts number columns read as text).
 
     Args:
         t: a records or results table (pandas DataFrame, one row per run).
@@ -198,28 +203,38 @@ def check_cells(t, name: str = "results") -> None:
     units = {f.name: f.unit for f in SCHEMA}
     for col in t.columns:
         unit = units.get(col)
-        if unit is None:
+        cells = t[col]
+        if col in LABEL_COLUMNS:
+            bad = cells.map(empty_cell).astype(bool).tolist()
+            why = f"{col} is empty; every row names its {col}"
+        elif unit == "bool":
+            bad = [not empty_cell(v) and not _flag_ok(v) for v in cells.tolist()]
+            why = "a flag must be empty, true or false"
+        elif unit in NUMBER_UNITS or col in COUNT_COLUMNS:
+            vals, empty = _number_cells(cells)
+            low = 1 if col == "world_size" else 0
+            top = math.inf if col in UNBOUNDED_COLUMNS else math.nextafter(math.inf, 0)
+            ok = empty | ((vals >= low) & (vals <= top))  # NaN compares false: refused
+            bad = (~ok).tolist()
+            what = {"s": "seconds", "GPU-s": "GPU-seconds"}.get(unit or "", unit or "")
+            why = (f"it must be empty or a {'' if col in UNBOUNDED_COLUMNS else 'finite '}"
+                   f"number >= {low}" + (f" ({what})" if what else ""))
+        else:
             continue
-        label = col in LABEL_COLUMNS
-        if not label and unit not in (*NUMBER_UNITS, "bool") and col not in COUNT_COLUMNS:
+        if not any(bad):
             continue
-        for i, (idx, v) in enumerate(t[col].items(), start=1):
-            if empty_cell(v):
-                why = f"{col} is empty; every row names its {col}" if label else None
-            else:
-                why = None if label else _cell_problem(col, unit, v)
-                if why is not None:
-                    x = v.item() if hasattr(v, "item") else v
-                    why = f"{col} is {x!r}; {why}"
-            if why is None:
-                continue
-            row = t.loc[idx]
-            where = "/".join(str(row[k]) for k in LABEL_COLUMNS
-                             if k in t.columns and not empty_cell(row[k]))
-            if "repeat" in t.columns and not empty_cell(row["repeat"]):
-                where += f" repeat {row['repeat']}"
-            raise InputError(f"{name}: row {i}{f' ({where})' if where.strip() else ''}: "
-                             f"{why} (a corrupt table: nothing was read from it)")
+        i = bad.index(True)
+        row = t.iloc[i]
+        v = row[col]
+        x = v.item() if hasattr(v, "item") else v
+        where = "/".join(str(row[k]) for k in LABEL_COLUMNS
+                         if k in t.columns and not empty_cell(row[k]))
+        if "repeat" in t.columns and not empty_cell(row["repeat"]):
+            rep = row["repeat"]
+            where += f" repeat {int(rep) if isinstance(rep, float) and rep.is_integer() else rep}"
+        what = why if col in LABEL_COLUMNS else f"{col} is {x!r}; {why}"
+        raise InputError(f"{name}: row {i + 1}{f' ({where})' if where.strip() else ''}: "
+                         f"{what} (a corrupt table: nothing was read from it)")
 
 
 _TABLES = ("results.parquet", "results.csv", "records.parquet", "records.csv")
@@ -311,18 +326,31 @@ def load_results(path: str | Path, require: tuple[str, ...] = KEY_COLUMNS,
 
 def _numeric(t):
     """``t`` with its number columns (:func:`check_cells`) that pandas read as text (a
-    blank cell among numbers, a parquet column of mixed types) converted to numbers."""
+    blank cell among numbers, a parquet column of mixed types; object or string
+    dtype) converted to numbers, and its flags spelled as text or numbers to True,
+    False or None."""
     import pandas as pd
 
     units = {f.name: f.unit for f in SCHEMA}
-    cols = [c for c in t.columns if c in units and t[c].dtype == object
+    cols = [c for c in t.columns if c in units and not pd.api.types.is_numeric_dtype(t[c])
             and (units[c] in NUMBER_UNITS or c in COUNT_COLUMNS)]
-    if not cols:
+    flags = [c for c in t.columns if units.get(c) == "bool"
+             and not pd.api.types.is_bool_dtype(t[c])]
+    if not cols and not flags:
         return t
     t = t.copy()
     for c in cols:
-        t[c] = pd.to_numeric(t[c].map(lambda v: None if empty_cell(v) else v))
+        t[c] = _number_cells(t[c])[0]  # what check_cells accepted, as numbers
+    for c in flags:  # True, False or None, however the file spelled them
+        t[c] = pd.Series([None if empty_cell(v) else _flag(v) for v in t[c].tolist()],
+                         index=t.index, dtype=object)
     return t
+
+
+def _flag(v: Any) -> bool:
+    """The boolean of a non-empty ``bool`` cell that :func:`_flag_ok` accepted."""
+    x = v.item() if hasattr(v, "item") else v
+    return _FLAGS[x.strip().lower()] if isinstance(x, str) else bool(x)
 
 
 def _as_results(t, run_dir: Path | None):

@@ -126,8 +126,9 @@ def build_spec(command: list[str], faults: FaultOptions, job: ScriptOptions,
     # starts at its interval, a Poisson schedule at step 1)
     scheduled = any(v is not None for v in (faults.fault_time_s, faults.fault_every,
                                             faults.mtbf_steps, faults.mtbf_s))
+    # (a count without a schedule is refused by the plan, which says what it needs)
     if faults.kind != "none" and job.steps is None and faults.fault_step is None \
-            and not scheduled:
+            and not scheduled and faults.fault_count is None:
         from jitbench.errors import unknown
         from jitbench.faults import FAULTS
 

@@ -34,9 +34,9 @@
    same configuration promised it (a run must not pass by withdrawing a promise,
    as a launched script's hooks do when they turn inexact); an empty cell
    promises (the built-in strategies), as in :func:`jitbench.records.verdict`,
-   and so does a results table without the column. A baseline recorded before
-   the column existed promises nothing by itself: the run's own flag decides
-   (an ``own`` sweep stays unjudged against such a baseline).
+   and so does a table without the column, except in a row of :data:`OWN` (a
+   baseline recorded before the columns existed: a script's own recovery never
+   promised either, so an ``own`` sweep stays unjudged against it).
 
 3. **Timings, as ratios with a noise-aware tolerance** (exit 5 on a
    regression), per configuration and metric (:data:`TIMINGS`): with ``b`` the
@@ -70,6 +70,9 @@ from dataclasses import dataclass, field
 from jitbench.errors import IncomparableError, InputError
 from jitbench.records import check_cells, is_bool
 
+OWN = "own"
+"""The strategy of a launched script's own recovery (``jitbench launch``, ``sweep
+--script``): it promises neither the fault-free state nor a replay bound."""
 TIMINGS = ("detect_s", "save_s", "restart_s", "restore_s", "recovery_s", "wasted_gpu_s",
            "step_s")
 """Timing metrics compared (lower is better)."""
@@ -334,7 +337,8 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
     # docstring, step 2): a run that withdrew a promise its baseline configuration
     # kept (a launched script's hooks that turned inexact) is judged all the same
     base_promised = {what: {_config(b) for _, b in baseline.iterrows()
-                            if col in baseline.columns and not _false(b.get(col))}
+                            if (not _false(b.get(col)) if col in baseline.columns
+                                else str(b.get("strategy")) != OWN)}
                      for what, col in (("state_equal", "bitwise_promised"),
                                        ("replayed_steps", "replay_promised"))}
     unjudged: dict[str, set[str]] = {}

@@ -105,9 +105,8 @@ def _load_overhead(*dirs: Path | None):
                 summ = pd.read_csv(cand / "overhead.csv")
                 segs = (pd.read_csv(cand / "overhead_segments.csv")
                         if (cand / "overhead_segments.csv").exists() else None)
-                meta = (json.loads((cand / "overhead.json").read_text())
-                        if (cand / "overhead.json").exists() else {})
-                return summ, segs, meta
+                return summ, segs, _read_meta(cand / "overhead.json",
+                                              "overhead measurement's description")
     return None, None, {}
 
 
@@ -301,7 +300,9 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
                             "step) + checkpoint stalls.", _png(plots.wasted_figure(failed))))
         cells: dict[str, list] = {}
         for _, r in t.iterrows():
-            if int(r.get("repeat", 0) or 0) != 0:
+            rep = r.get("repeat", 0)
+            # a timeline of the first repeat only (an unrecorded repeat counts as it)
+            if rep is not None and rep == rep and rep != 0:
                 continue
             rd = _run_dir(d, r.get("run_dir", d))
             if rd is None:
@@ -365,8 +366,8 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
         ctx["scale"]["figure"] = figs[ctx["scale"]["figure"]]
     scripts = script_lines(meta)
     if meta:
-        mach = meta.get("machine", {})
-        ctx["sweep"] = {"wall": f"{meta.get('wall_s', 0):.0f}", "runs": meta.get("runs"),
+        mach = meta.get("machine") or {}
+        ctx["sweep"] = {"wall": f"{meta.get('wall_s') or 0:.0f}", "runs": meta.get("runs"),
                         "code": meta.get("code_version"), "host": mach.get("host"),
                         "cpus": mach.get("cpus"), "torch": mach.get("torch"),
                         "created": meta.get("created"), "scripts": scripts}
@@ -409,7 +410,7 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
     for sec, heading in SECTIONS:
         mine = [f for f in figs if f["section"] == sec]
         if sec == "overhead" and osum is not None:
-            wall = f"{ometa.get('wall_s', 0):.0f}" if ometa else None
+            wall = f"{ometa.get('wall_s') or 0:.0f}" if ometa else None
             ctx["sections"].append({"heading": heading, "figures": mine,
                                     "overhead": osum.to_dict("records"),
                                     "meta": {**ometa, "wall": wall} if ometa else None})
@@ -430,23 +431,43 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
     return html_path, md_path
 
 
-def _sweep_meta(d: Path) -> dict:
-    """A sweep directory's ``sweep.json`` ({} when there is none).
+META_TYPES: dict[str, tuple[type, ...]] = {
+    "wall_s": (int, float), "machine": (dict,), "scripts": (list,), "runs": (int,),
+    "code_version": (str,), "created": (str,)}
+"""The keys of ``sweep.json`` and ``overhead.json`` the report reads, and their JSON
+types (a key may be absent or null)."""
+
+
+def _read_meta(p: Path, what: str) -> dict:
+    """The JSON object in ``p`` ({} when there is none), with every key of
+    :data:`META_TYPES` it has of that type, and each of its ``scripts`` an object.
 
     Raises:
-        SpecError: it cannot be read or is not a JSON object (one line, exit 2).
+        SpecError: unreadable, not JSON, not an object, or a key of another type (one
+            line naming ``p`` and ``what`` it describes; exit 2).
     """
-    p = d / "sweep.json"
     if not p.exists():
         return {}
     try:
         meta = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) else f"not valid JSON: {exc}"
-        raise SpecError(f"{p}: cannot read the sweep's description ({why})") from None
+        raise SpecError(f"{p}: cannot read the {what} ({why})") from None
     if not isinstance(meta, dict):
-        raise SpecError(f"{p}: the sweep's description is not a JSON object")
+        raise SpecError(f"{p}: the {what} is not a JSON object")
+    for key, types in META_TYPES.items():
+        v = meta.get(key)
+        if v is not None and (not isinstance(v, types) or isinstance(v, bool)):
+            raise SpecError(f"{p}: {key} is {v!r}, not a JSON {types[0].__name__} "
+                            f"(a corrupt {what})")
+    if not all(isinstance(sc, dict) for sc in meta.get("scripts") or []):
+        raise SpecError(f"{p}: an entry of scripts is not a JSON object (a corrupt {what})")
     return meta
+
+
+def _sweep_meta(d: Path) -> dict:
+    """A sweep directory's ``sweep.json`` ({} when there is none; :func:`_read_meta`)."""
+    return _read_meta(d / "sweep.json", "sweep's description")
 
 
 def script_lines(meta: dict) -> list[tuple[str, str]]:

@@ -116,6 +116,9 @@ def test_a_schedule_without_steps_needs_no_fault_step():
         _build([EXAMPLE], fault="bogus")
     with pytest.raises(InputError, match="give --fault-step"):
         _build([EXAMPLE], fault="kill")
+    # a count without a schedule: what it needs is named, not a step it does not need
+    with pytest.raises(InputError, match="--fault-count needs --fault-every"):
+        _build([EXAMPLE], fault="kill", fault_count=3)
 
 
 def test_a_scenario_step_without_steps_is_checked_from_below_only(tmp_path):
