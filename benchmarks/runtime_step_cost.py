@@ -48,7 +48,8 @@ in a seeded random order; ``boundary gap`` is, per block, the time from the end
 of one step's work to the start of the next step's forward, and ``gap
 difference (paired)`` the per-round difference (jit minus none). The last line
 gives its median with a bootstrap 95% interval, plus the pre-hook's median
-(inside the step, so outside the gap): the runtime's added cost per step.
+(inside the step, so outside the gap): the runtime's added cost per step (a sum
+of two medians: an estimate, not the median of a sum).
 
 ``--device cuda`` trains on the first GPU (the model, its buffers and the
 optimizer moments there; the runtime then also records one CUDA event per
@@ -225,6 +226,7 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
             lambda r=rec: os.write(scratch, b'{"event": "step"}\n')))
     for mod, name, fn in patched:
         setattr(mod, name, fn)
+    state_mod.capture_rng_raw = capture_rng_raw  # the A/B runtime runs untimed
     rt.finish()
     rt.close()
     events.close()
