@@ -110,6 +110,8 @@ def io(
         state = iobench.make_state(size)
         rows = iobench.run_io_bench(d, state, repeats, writers, progress=console.line)
         fs = iobench.filesystem(d)
+        if own:  # the measured directory is removed below: name where it was, not it
+            fs = {**fs, "path": f"a temporary directory in {run_dir} (removed)"}
     finally:
         if own:
             import shutil
@@ -149,7 +151,7 @@ def io(
     console.out().print(table)
     la, lb = meta["loadavg_before"], meta["loadavg_after"]
     console.out().print(
-        f"directory {fs['path']} ({fs['type']} on {fs['device']}, mount {fs['mount']}); "
+        f"{'' if own else 'directory '}{fs['path']} ({fs['type']} on {fs['device']}, mount {fs['mount']}); "
         f"{meta['cpus']} CPUs, {meta['ram_gib']} GiB RAM, torch {meta['torch']}; "
         f"load average before {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}, "
         f"after {lb[0]:.2f} {lb[1]:.2f} {lb[2]:.2f}; reads after posix_fadvise DONTNEED")

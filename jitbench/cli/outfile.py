@@ -13,6 +13,7 @@ Only the standard library is imported (the CLI's light commands start without to
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Callable
@@ -29,7 +30,12 @@ def _probe(directory: Path) -> str | None:
     try:
         fd, name = tempfile.mkstemp(prefix=".jitbench-probe-", dir=directory)
     except OSError as exc:
-        return exc.strerror or type(exc).__name__
+        why = exc.strerror or type(exc).__name__
+        if exc.errno == errno.ENOENT and directory.is_dir():
+            # a directory that exists yet answers "no such file" to a create (procfs,
+            # sysfs): the errno alone would read as if the directory were missing
+            return f"{directory} takes no new file (the system answered: {why})"
+        return why
     os.close(fd)
     os.unlink(name)
     return None

@@ -24,7 +24,13 @@ def report(
     """Write an HTML and a markdown report for DIR.
 
     The HTML is one self-contained file (plots inline, no network)."""
+    from jitbench.cli.outfile import check_output
     from jitbench.reports.html import write_report
 
+    if out_path is not None:
+        # a missing or unwritable directory is refused now, in one line, as validate and
+        # io refuse theirs (it is not created); whether an existing file there is a
+        # report, and may be replaced, write_report decides
+        check_output(out_path, "--out", lambda p: True, "jitbench report", "report")
     html, md = write_report(directory, out_path, overhead_dir, max_timelines=max_timelines)
     console.out().print(f"report: {html}\nmarkdown: {md}")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from jitbench.records import SCHEMA
 
@@ -236,6 +237,10 @@ def metric_docs(summary: dict) -> dict[str, str]:
     return docs
 
 
+VALUE_WIDTH = 48
+"""Characters of the summary table's value column; a longer value folds onto more lines."""
+
+
 def summary_table(summary: dict) -> Table:
     """The run's headline metrics, one row per metric (metric, value): :data:`SUMMARY_ROWS`,
     then a straggler's step times and why the run ended. The run's recovery decisions
@@ -248,19 +253,23 @@ def summary_table(summary: dict) -> Table:
                 or "none"))
     t = Table(title=title)
     t.add_column("metric")
-    t.add_column("value", justify="right")
+    # a long value (a reason, an error) folds at VALUE_WIDTH instead of widening the table
+    t.add_column("value", justify="right", overflow="fold", max_width=VALUE_WIDTH)
     t.add_column("unit")
     t.add_column("what it measures", overflow="fold")
     docs = metric_docs(summary)
+    # the ranks of a run without CUDA are CPU processes: their seconds are not GPU's
+    cpu_ranks = (summary.get("machine") or {}).get("cuda") is False
 
     def row(c: Column) -> None:
-        t.add_row(c.header, cell(c, summary), c.unit, docs.get(c.name, ""))
+        unit = "rank-s" if cpu_ranks and c.unit == "GPU-s" else c.unit
+        t.add_row(c.header, cell(c, summary), unit, docs.get(c.name, ""))
 
     for c in SUMMARY_ROWS:
         row(c)
         if c.name == "sample_stream_equal" and summary.get("sample_stream_reason") \
                 and _missing(summary.get(c.name)):  # the why its empty cell points to
-            t.add_row("sample_stream_reason", str(summary["sample_stream_reason"]), "",
+            t.add_row("sample_stream_reason", Text(str(summary["sample_stream_reason"]), justify="left"), "",
                       docs.get("sample_stream_reason", ""))
         if c.name == "restart_s":  # recovered in process: its two phases in the restart's place
             for extra in IN_PROCESS_ROWS:
@@ -272,5 +281,5 @@ def summary_table(summary: dict) -> Table:
         t.add_row("normal_step_s", fmt(summary.get("normal_step_s")), "s",
                   docs.get("normal_step_s", ""))
     if summary.get("end_reason") not in (None, "completed"):
-        t.add_row("end_reason", str(summary["end_reason"]), "", docs.get("end_reason", ""))
+        t.add_row("end_reason", Text(str(summary["end_reason"]), justify="left"), "", docs.get("end_reason", ""))
     return t

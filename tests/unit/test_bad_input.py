@@ -374,12 +374,18 @@ def test_benchmark_commands_refuse_bad_tables_and_options(jb, tmp_path):
         (("run", "--seed", "-1", "--run-dir", str(tmp_path / "r")), "--seed must be"),
         (("validate", str(other)), "not a jitbench records or results table (no column"),
         (("report", str(good), "--out", str(tmp_path / "r.md")), "the markdown is written"),
-        (("report", str(good), "--out", "/proc/nope/r.html"), "cannot write the report into"),
+        (("report", str(good), "--out", "/proc/nope/r.html"),
+         "--out: cannot write /proc/nope/r.html: its directory /proc/nope does not exist"),
+        # a missing directory is refused, not created (as validate and io refuse theirs)
+        (("report", str(good), "--out", str(tmp_path / "typo" / "r.html")),
+         f"its directory {tmp_path / 'typo'} does not exist"),
+        (("report", str(good), "--out", "/proc/r.html"), "/proc takes no new file"),
     ]
     for args, needle in cases:
         code, err = jb(*args)
         assert code == 2 and needle in one_line(err), (args, err)
     assert garbage.read_bytes() == b"garbage\x00\x01"  # nothing recorded lost
+    assert not (tmp_path / "typo").exists()
 
 
 @pytest.mark.parametrize("exc, code, needle", [

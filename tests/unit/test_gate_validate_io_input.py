@@ -186,6 +186,9 @@ def test_io_checks_every_output_before_measuring(jb, tmp_path, monkeypatch):
         (("--csv", str(tmp_path / "x.csv")), "x.csv.meta.json exists and is not a jitbench io"),
         (("--ckpt-dir", str(rec / "ck")), f"--ckpt-dir: cannot write {rec / 'ck'}"),
         (("--run-dir", "/proc/self/nope"), "--run-dir /proc/self/nope is not a directory"),
+        # a directory that exists but answers ENOENT to a create is named as such
+        (("--csv", "/proc/x.csv"), "--csv: cannot write /proc/x.csv: /proc takes no new file "
+         "(the system answered: No such file or directory)"),
     ]
     for args, needle in cases:
         code, err = jb(*base, *args)
@@ -208,6 +211,30 @@ def test_io_may_replace_its_own_csv_and_meta(jb, tmp_path, monkeypatch):
         assert code == 0, err
     assert out.read_text().splitlines()[0] == ",".join(io_cli.CSV_COLUMNS)
     assert set(io_cli.META_KEYS) <= set(json.loads((tmp_path / "io.csv.meta.json").read_text()))
+
+
+def test_io_names_where_its_removed_temporary_directory_was(jb, tmp_path, monkeypatch):
+    """Without --ckpt-dir the measured directory is a temporary one, removed at the end:
+    the record names the run directory it was made in, not a path that no longer exists."""
+    from jitbench.harness import iobench
+
+    seen = []
+
+    def bench(d, *a, **k):
+        seen.append(d)
+        return [iobench.make_row("disk write", 1e6, [1.0]),
+                iobench.make_row("disk read", 1e6, [1.0])]
+
+    monkeypatch.setattr(iobench, "make_state", lambda size: {})
+    monkeypatch.setattr(iobench, "run_io_bench", bench)
+    out = tmp_path / "io.csv"
+    code, err = jb("io", "--size", "tiny", "--repeats", "1", "--replicas", "1",
+                   "--run-dir", str(tmp_path), "--csv", str(out), "--json")
+    assert code == 0, err
+    assert len(seen) == 1 and seen[0].parent == tmp_path and not seen[0].exists()
+    fs = json.loads((tmp_path / "io.csv.meta.json").read_text())["filesystem"]
+    assert fs["path"] == f"a temporary directory in {tmp_path} (removed)"
+    assert fs["mount"] and fs["type"]
 
 
 # ---------------------------------------------------------------- 4: validate's reason
