@@ -99,9 +99,10 @@ SCHEMA: tuple[Field, ...] = (
     Field("goodput", "ratio", "useful step time / wall time of training"),
     Field("checkpoint_saves", "", "committed periodic and async checkpoints"),
     Field("checkpoint_s", "s", "median synchronous periodic checkpoint save"),
-    Field("checkpoint_stall_gpu_s", "GPU-s", "world size x the main thread's checkpoint stalls"),
-    Field("wasted_gpu_s", "GPU-s", "GPU time not spent on new progress (empty: a failure "
-                                   "did not recover)"),
+    Field("checkpoint_stall_gpu_s", "GPU-s", "world size x the main thread's checkpoint stalls "
+                                             "(rank-seconds: CPU ranks' too)"),
+    Field("wasted_gpu_s", "GPU-s", "rank time not spent on new progress (rank-seconds, GPU-s "
+                                   "on GPUs; empty: a failure did not recover)"),
     Field("unfired_faults", "", "planned faults that never fired"),
     Field("state_equal", "bool", "final state bitwise equal to the fault-free reference's"),
     Field("max_abs_diff", "", "largest absolute difference from the reference's final state"),

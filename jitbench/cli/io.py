@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 import tempfile
 import time
@@ -111,7 +112,8 @@ def io(
         rows = iobench.run_io_bench(d, state, repeats, writers, progress=console.line)
         fs = iobench.filesystem(d)
         if own:  # the measured directory is removed below: name where it was, not it
-            fs = {**fs, "path": f"a temporary directory in {run_dir} (removed)"}
+            fs = {**fs, "path": f"a temporary directory in {os.path.realpath(run_dir)}, "
+                                "removed"}
     finally:
         if own:
             import shutil

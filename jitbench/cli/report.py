@@ -24,13 +24,20 @@ def report(
     """Write an HTML and a markdown report for DIR.
 
     The HTML is one self-contained file (plots inline, no network)."""
-    from jitbench.cli.outfile import check_output
+    from jitbench.cli.outfile import check_dir, check_output
     from jitbench.reports.html import write_report
 
-    if out_path is not None:
-        # a missing or unwritable directory is refused now, in one line, as validate and
-        # io refuse theirs (it is not created); whether an existing file there is a
-        # report, and may be replaced, write_report decides
-        check_output(out_path, "--out", lambda p: True, "jitbench report", "report")
-    html, md = write_report(directory, out_path, overhead_dir, max_timelines=max_timelines)
+    flag = "--out" if out_path is not None else "report"
+
+    def writable(html: Path, md: Path, files: Path) -> None:
+        # before the figures are drawn: a missing or unwritable directory (never created,
+        # as validate and io refuse theirs), or a file there that cannot be replaced, is
+        # one line now, with nothing written; write_report has already refused an
+        # existing file that is not a report, so any left may be replaced
+        for f in (html, md):
+            check_output(f, flag, lambda p: True, "jitbench report", "report")
+        check_dir(files, flag)
+
+    html, md = write_report(directory, out_path, overhead_dir, max_timelines=max_timelines,
+                            preflight=writable)
     console.out().print(f"report: {html}\nmarkdown: {md}")

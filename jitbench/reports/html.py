@@ -19,6 +19,7 @@ import io
 import json
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from markupsafe import Markup
@@ -235,8 +236,14 @@ def _is_report(path: Path) -> bool:
 
 
 def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Path | None = None,
-                 max_timelines: int = 16) -> tuple[Path, Path]:
+                 max_timelines: int = 16,
+                 preflight: Callable[[Path, Path, Path], None] | None = None
+                 ) -> tuple[Path, Path]:
     """Write ``report.html`` (self-contained) and ``report.md`` for a sweep or run directory.
+
+    ``preflight(html_path, markdown_path, figures_dir)``, when given, is called once the
+    inputs are read and the outputs found to be a report's or new, before any figure is
+    drawn (seconds): the CLI refuses there, in one line, an output it cannot write.
 
     Returns:
         ``(html_path, markdown_path)``.
@@ -277,6 +284,8 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
         raise SpecError(f"--out {out_path or html_path}: {files_dir} exists and is not a "
                         f"jitbench report's figures folder; give a new file name (the "
                         f"report never replaces other files)")
+    if preflight is not None:
+        preflight(html_path, md_path, files_dir)
     meta = _sweep_meta(d)
     figures: list[tuple[str, str, str, bytes]] = []  # (section, title, caption, png)
     if t is not None and len(t):

@@ -258,12 +258,9 @@ def summary_table(summary: dict) -> Table:
     t.add_column("unit")
     t.add_column("what it measures", overflow="fold")
     docs = metric_docs(summary)
-    # the ranks of a run without CUDA are CPU processes: their seconds are not GPU's
-    cpu_ranks = (summary.get("machine") or {}).get("cuda") is False
 
     def row(c: Column) -> None:
-        unit = "rank-s" if cpu_ranks and c.unit == "GPU-s" else c.unit
-        t.add_row(c.header, cell(c, summary), unit, docs.get(c.name, ""))
+        t.add_row(c.header, cell(c, summary), c.unit, docs.get(c.name, ""))
 
     for c in SUMMARY_ROWS:
         row(c)

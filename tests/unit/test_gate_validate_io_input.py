@@ -227,13 +227,14 @@ def test_io_names_where_its_removed_temporary_directory_was(jb, tmp_path, monkey
 
     monkeypatch.setattr(iobench, "make_state", lambda size: {})
     monkeypatch.setattr(iobench, "run_io_bench", bench)
-    out = tmp_path / "io.csv"
+    monkeypatch.chdir(tmp_path)  # the default --run-dir '.', as nox -s io runs it
     code, err = jb("io", "--size", "tiny", "--repeats", "1", "--replicas", "1",
-                   "--run-dir", str(tmp_path), "--csv", str(out), "--json")
+                   "--csv", "io.csv", "--json")
     assert code == 0, err
-    assert len(seen) == 1 and seen[0].parent == tmp_path and not seen[0].exists()
+    assert len(seen) == 1 and not seen[0].exists()
+    assert seen[0].resolve().parent == tmp_path.resolve()
     fs = json.loads((tmp_path / "io.csv.meta.json").read_text())["filesystem"]
-    assert fs["path"] == f"a temporary directory in {tmp_path} (removed)"
+    assert fs["path"] == f"a temporary directory in {tmp_path.resolve()}, removed"
     assert fs["mount"] and fs["type"]
 
 

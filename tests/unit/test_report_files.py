@@ -110,3 +110,38 @@ def test_a_report_kept_as_markdown_only_still_owns_its_folder(jb, results):
     code, err = jb("report", str(results))
     assert code == 0, err
     assert (results / "report.html").exists() and (results / "report_files" / FILES_MARKER).exists()
+
+
+def test_the_outputs_are_checked_before_any_figure_is_drawn(jb, tmp_path, monkeypatch):
+    """A review: an unwritable markdown or figures folder beside the HTML was found only
+    after every figure was drawn (seconds), with the figures folder already rewritten.
+    write_report hands its three outputs to ``preflight`` first; the CLI refuses there."""
+    import shutil
+
+    from jitbench.errors import SpecError
+    from jitbench.reports import html
+
+    good = tmp_path / "good"
+    good.mkdir()
+    shutil.copy(Path(__file__).parents[2] / "benchmarks" / "baseline-cpu.csv",
+                good / "results.csv")  # runs with failures: figures to draw
+    seen = []
+
+    def refuse(h, m, f):
+        seen.append((h, m, f))
+        raise SpecError("refused by preflight")
+
+    def never(*a, **k):
+        raise AssertionError("a figure was drawn before the outputs were checked")
+
+    monkeypatch.setattr(html, "_png", never)
+    out = tmp_path / "out" / "r.html"
+    out.parent.mkdir()
+    with pytest.raises(SpecError, match="refused by preflight"):
+        html.write_report(good, out, preflight=refuse)
+    assert seen == [(out, out.with_suffix(".md"), out.parent / "r_files")]
+    assert not any(out.parent.iterdir())  # nothing written
+    # the CLI's preflight: a directory that takes no new file, named in one line
+    code, err = jb("report", str(good), "--out", "/proc/r.html")
+    assert code == 2 and one_line(err).startswith(
+        "error: --out: cannot write /proc/r.html: /proc takes no new file")
