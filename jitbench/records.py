@@ -181,6 +181,16 @@ def _flag_ok(v: Any) -> bool:
     return isinstance(x, int | float) and x in (0, 1)
 
 
+def _spec_ok(v) -> bool:
+    """Whether a ``spec_json`` cell is a JSON object (as :func:`json.loads` reads it)."""
+    import json
+
+    try:
+        return isinstance(json.loads(v), dict) if isinstance(v, str) else False
+    except ValueError:
+        return False
+
+
 def check_cells(t, name: str = "results") -> None:
     """Refuse a table with a cell that cannot be what its column records.
 
@@ -189,7 +199,8 @@ def check_cells(t, name: str = "results") -> None:
     NaN, blank: not measured, e.g. no failure to time) or numbers as pandas
     parses them, finite and >= 0 (``world_size`` >= 1; +inf too in
     :data:`UNBOUNDED_COLUMNS`); a ``bool`` column empty cells, true/false or
-    1/0; a :data:`LABEL_COLUMNS` column no empty cell. Nothing of ``t`` is
+    1/0; a :data:`LABEL_COLUMNS` column no empty cell; ``spec_json`` empty cells
+    or JSON objects. Nothing of ``t`` is
     changed (:func:`load_results` then converts number columns read as text).
 
     Args:
@@ -211,6 +222,9 @@ def check_cells(t, name: str = "results") -> None:
         elif unit == "bool":
             bad = [not empty_cell(v) and not _flag_ok(v) for v in cells.tolist()]
             why = "a flag must be empty, true or false"
+        elif col == "spec_json":  # the run spec, compared by gate: a JSON object
+            bad = [not empty_cell(v) and not _spec_ok(v) for v in cells.tolist()]
+            why = "it must be empty or the run spec as a JSON object"
         elif unit in NUMBER_UNITS or col in COUNT_COLUMNS:
             vals, empty = _number_cells(cells)
             low = 1 if col == "world_size" else 0

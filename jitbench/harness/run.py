@@ -57,6 +57,23 @@ class RunOutcome:
     reference: LaunchResult | None
 
 
+MARKER_KEYS = {"spec.json": ("strategy", "faults"), "sweep.json": ("results_version", "config"),
+               "overhead.json": ("complete",)}
+"""The keys every version of each jitbench directory marker holds (a run's or launch's
+spec, a sweep's, an overhead measurement's): what tells jitbench's own marker from a
+file of the same name in someone else's directory."""
+
+
+def _is_marker(path: Path) -> bool:
+    """Whether ``path`` is a marker jitbench wrote: a JSON object with the
+    :data:`MARKER_KEYS` of its name (an unknown name: any JSON object)."""
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(d, dict) and all(k in d for k in MARKER_KEYS.get(path.name, ()))
+
+
 def prepare_dir(run_dir: Path, overwrite: bool = False, spec: RunSpec | None = None,
                 flag: str = "--run-dir", what: str = "run directory",
                 marker: str = "spec.json") -> None:
@@ -72,7 +89,9 @@ def prepare_dir(run_dir: Path, overwrite: bool = False, spec: RunSpec | None = N
     Raises:
         RunDirError: it exists and is not empty (and ``overwrite`` is False),
             it is not a directory, it cannot be created, or ``overwrite`` would
-            delete the spec's own ``ckpt_dir`` (one inside the run directory).
+            delete a directory whose ``marker`` jitbench did not write
+            (:func:`_is_marker`), the working directory (it or one inside it) or
+            the spec's own ``ckpt_dir`` (one inside the run directory).
     """
     run_dir = Path(run_dir)
     if spec is not None and spec.nnodes > 1 and (run_dir / "spec.json").exists():
@@ -89,6 +108,15 @@ def prepare_dir(run_dir: Path, overwrite: bool = False, spec: RunSpec | None = N
                 # --overwrite replaces an earlier run, never an arbitrary directory
                 raise RunDirError(f"{what} {run_dir} is not a jitbench {what} "
                                   f"(no {marker}); --overwrite only replaces those")
+            if not _is_marker(run_dir / marker):
+                # a file of that name that jitbench did not write: someone else's project
+                raise RunDirError(f"{what} {run_dir} is not a jitbench {what} (its {marker} "
+                                  f"is not jitbench's); --overwrite only replaces those")
+            if Path.cwd().resolve().is_relative_to(run_dir.resolve()):
+                # deleting the working directory loses the old run and breaks the new one
+                raise RunDirError(f"--overwrite would delete {run_dir}, which holds the "
+                                  f"working directory; run from outside it or pass another "
+                                  f"{flag}")
             ck = Path(spec.ckpt_dir).resolve() if spec is not None and spec.ckpt_dir else None
             if ck is not None and ck.is_relative_to(run_dir.resolve()) and ck.exists():
                 # the checkpoints the run was asked to resume from are not the old run's

@@ -134,7 +134,7 @@ def test_run_directory_is_never_overwritten_or_misused(jb, tmp_path):
     assert code == 2 and "cannot create run directory" in one_line(err)
     assert f.read_text() == "x"
     # --overwrite never deletes the --ckpt-dir the run is to resume from
-    (d / "spec.json").write_text("{}")
+    (d / "spec.json").write_text('{"strategy": "jit", "faults": []}')
     (d / "ckpt").mkdir()
     (d / "ckpt" / "notes.txt").write_text("mine")
     code, err = jb("run", "--run-dir", str(d), "--overwrite", "--ckpt-dir", str(d / "ckpt"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 import pytest
@@ -124,6 +125,46 @@ def test_overwrite_never_deletes_a_directory_that_is_not_a_run(tmp_path):
     p = _cli("run", "--run-dir", str(d), "--overwrite", cwd=tmp_path)
     assert p.returncode == 2 and "not a jitbench run directory" in p.stderr
     assert (d / "sub" / "keep").read_text() == "x"
+
+
+@pytest.mark.parametrize("marker, text", [
+    ("spec.json", '{"name": "my-app"}'),  # another project's spec.json
+    ("spec.json", "not json"),
+    ("sweep.json", '{"complete": true}'),
+    ("overhead.json", '["complete"]'),
+])
+def test_overwrite_needs_a_marker_jitbench_wrote(tmp_path, marker, text):
+    """A new-user trial: ``run --overwrite`` deleted a project whose ``spec.json`` was
+    its own (exit 0, its sources gone): the marker's name alone was checked."""
+    from jitbench.errors import RunDirError
+    from jitbench.harness.run import prepare_dir
+
+    d = tmp_path / "proj"
+    (d / "src").mkdir(parents=True)
+    (d / "src" / "main.py").write_text("code")
+    (d / marker).write_text(text)
+    with pytest.raises(RunDirError, match=f"its {marker} is not jitbench's"):
+        prepare_dir(d, overwrite=True, marker=marker)
+    assert (d / "src" / "main.py").read_text() == "code" and (d / marker).read_text() == text
+
+
+def test_overwrite_never_deletes_the_working_directory(tmp_path, monkeypatch):
+    """A new-user trial: ``run --run-dir . --overwrite`` inside a run directory deleted
+    the run, then failed (exit 2 or 3): nothing old kept, nothing new written."""
+    from jitbench.errors import RunDirError
+    from jitbench.harness.run import prepare_dir
+
+    run = tmp_path / "run"
+    (run / "events").mkdir(parents=True)
+    (run / "spec.json").write_text('{"strategy": "jit", "faults": []}')
+    for cwd, given in ((run, Path(".")), (run, run), (run / "events", run)):
+        monkeypatch.chdir(cwd)
+        with pytest.raises(RunDirError, match="which holds the working directory"):
+            prepare_dir(given, overwrite=True)
+        assert (run / "spec.json").is_file() and (run / "events").is_dir()
+    monkeypatch.chdir(tmp_path)  # from outside it, the earlier run is replaced
+    prepare_dir(run, overwrite=True)
+    assert run.is_dir() and not any(run.iterdir())
 
 
 @pytest.mark.parametrize("flag, value", [("--hang-factor", "0"), ("--hang-floor-s", "-1"),

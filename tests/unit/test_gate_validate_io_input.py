@@ -295,6 +295,9 @@ def test_validate_names_a_strategy_the_model_does_not_cover(jb, tmp_path):
     ("state_equal", "maybe", "state_equal is 'maybe'; a flag must be empty, true or false"),
     ("strategy", None, "strategy is empty; every row names its strategy"),
     ("workload", None, "workload is empty; every row names its workload"),
+    # a new-user trial: gate refused it, validate and report went on (exit 0)
+    ("spec_json", "{not json", "spec_json is '{not json'; it must be empty or the run spec "
+                               "as a JSON object"),
 ])
 @pytest.mark.parametrize("command", ["validate", "report", "gate"])
 def test_a_corrupt_cell_is_named_by_every_command_that_reads_the_table(
@@ -305,7 +308,7 @@ def test_a_corrupt_cell_is_named_by_every_command_that_reads_the_table(
     table and everything else in the directory stay as they were."""
     good = _rows()
     if column not in good:
-        good[column] = 0
+        good[column] = "{}" if column == "spec_json" else 0
     bad = good.copy()
     bad[column] = bad[column].astype(object)
     bad.loc[1, column] = value
@@ -387,7 +390,8 @@ def test_gate_names_a_spec_that_is_not_json_and_tolerates_an_unrecorded_world_si
     bad.to_csv(bp, index=False)
     code, err = jb("gate", "--baseline", str(gp), str(bp))
     line = one_line(err)
-    assert code == 2 and str(bp) in line and "spec_json is '{bad', not a run spec" in line
+    assert code == 2 and str(bp) in line and "row 1" in line
+    assert "spec_json is '{bad'; it must be empty or the run spec as a JSON object" in line
     # an empty world_size (not recorded) is no crash: GPU-second floors use one rank
     nows = good.assign(world_size=None)
     nows.to_csv(bp, index=False)
