@@ -17,10 +17,13 @@ microseconds (µs):
   (``begin + pre-hook + end``; ``begin + end`` without the hook, as earlier
   tables give it);
 - ``in the step end``: ``Boundary.refresh`` (the whole snapshot) as ``_end`` runs
-  it, and inside it each part where it runs (timers around the RNG capture and,
-  inside it, python's, numpy's and torch's CPU stream, the buffers' copy, the
-  optimizer hyper-parameters, the LR scheduler and the CUDA events' record):
-  the split of ``rt_s`` by component;
+  it, and inside it each part where it runs: a timer around the RNG capture and,
+  inside it, torch's CPU stream (python's and numpy's unmoved-stream checks are
+  written out in the capture, not calls, since run 5), and ``the rest`` (the
+  buffers' copy, the optimizer hyper-parameters, the LR scheduler, the CUDA
+  events' record: written out in ``refresh``, per step its time less the RNG
+  capture's); a tree whose ``refresh`` calls each part as a method gets a timer
+  around each: the split of ``rt_s`` by component;
 - ``again right after``: the same parts timed once more at the same boundary,
   right after the step (the same calls the runtime makes, repeated outside the
   step), when the caches hold their code and data: ``Boundary.refresh`` and
@@ -158,7 +161,8 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
     situ: dict[str, list[float]] = {k: [] for k in (
         "in the step end: Boundary.refresh", "  rng capture", "    python's stream",
         "    numpy's stream", "    torch's CPU stream", "  buffers copy",
-        "  optimizer hyper-parameters", "  LR scheduler", "  CUDA events record")}
+        "  optimizer hyper-parameters", "  LR scheduler", "  CUDA events record",
+        "  the rest (buffers, hyper-parameters, scheduler, ...)")}
     b = rt.boundary
     b.refresh = _timed(situ["in the step end: Boundary.refresh"], b.refresh, on)
     state_mod.capture_rng_raw = _timed(situ["  rng capture"], capture_rng_raw, on)
@@ -167,7 +171,10 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
     patched = []
     for mod, name, row in ((rng_mod, "_python_state", "    python's stream"),
                            (rng_mod, "_numpy_state", "    numpy's stream"),
+                           (rng_mod, "_torch_state", "    torch's CPU stream"),
                            (torch, "get_rng_state", "    torch's CPU stream")):
+        if mod is torch and hasattr(rng_mod, "_torch_state"):
+            continue  # the capture no longer calls torch.get_rng_state
         if hasattr(mod, name):
             patched.append((mod, name, getattr(mod, name)))
             setattr(mod, name, _timed(situ[row], getattr(mod, name), on))
@@ -208,13 +215,12 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
         p["again right after: Boundary.refresh"].append(
             _once(lambda s=step: rt.boundary.refresh(s)))
         p["  rng capture "].append(_once(capture_rng_raw))
-        p["    torch's CPU stream "].append(_once(torch.get_rng_state))
+        p["    torch's CPU stream "].append(_once(getattr(rng_mod, "_torch_state",
+                                                       torch.get_rng_state)))
         if bufs:
             p["  buffers copy "].append(_once(lambda: torch._foreach_copy_(bufs, live)))
-        p["  optimizer hyper-parameters "].append(_once(lambda: [
-            {k: copy_small(v) for k, v in g.items() if k != "params"}
-            for g in wl.optimizer.param_groups]))
-        p["  LR scheduler "].append(_once(lambda: copy_small(wl.scheduler.state_dict())))
+        p["  optimizer hyper-parameters "].append(_once(b._hyper_params))
+        p["  LR scheduler "].append(_once(b._scheduler_state))
         p["  data position (at a save, not per step)"].append(_once(lambda s=step: copy_small(wl.data_state(s))))
         p["EventLog.emit (step end)"].append(_once(lambda s=step: scratch_log.emit(
             "step", "end", step=s, dur_s=0.1, rt_s=1e-5, loss=1.0)))
@@ -234,6 +240,12 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
     os.close(scratch)
     rts = [e["rt_s"] for e in read_events(tmp) if e["event"] == "step"
            and e["phase"] == "end" and e["step"] > warmup]
+    # a refresh written out in one method (the runtime's since run 5) calls no part
+    # but the RNG capture: the rest of it is its time less the capture's, per step
+    whole_refresh, rng_part = situ["in the step end: Boundary.refresh"], situ["  rng capture"]
+    if not situ["  optimizer hyper-parameters"] and len(whole_refresh) == len(rng_part):
+        situ["  the rest (buffers, hyper-parameters, scheduler, ...)"] = [
+            w - r for w, r in zip(whole_refresh, rng_part, strict=True)]
     both = [b + e for b, e in zip(begin[warmup:], end[warmup:], strict=True)]
     every = [x + h for x, h in zip(both, prehook, strict=True)]
     return {"step (whole, training thread)": whole[warmup:], "rt_s (end, runtime)": rts,

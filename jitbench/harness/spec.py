@@ -196,7 +196,8 @@ class RunSpec:
                              hang_factor=self.hang_factor,
                              hang_first_s=NO_HANG_BOUND_S if off else self.hang_first_s, run_id=self.fingerprint(),
                              mtbf_s=self.mtbf_s if st.auto else None,
-                             final_checkpoint=self.final_checkpoint)
+                             final_checkpoint=self.final_checkpoint,
+                             step_cpu_time=bool(self.segments))
 
     def validate(self) -> None:
         """Check every field.

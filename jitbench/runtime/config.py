@@ -70,6 +70,12 @@ class RuntimeConfig:
     split_grace_s: float = 2.0
     """``writer_ranks = "split"``: how long a survivor waits for the others to announce
     themselves (s)."""
+    step_cpu_time: bool = False
+    """Record the process's CPU time (s, :func:`time.process_time`, every thread) as
+    ``cpu_s`` in each step-begin event, for the CPU-time overheads of ``jitbench
+    overhead`` (which sets it in every arm alike). Off by default: the system call
+    costs about 8 µs per step on the training thread right after a CPU training step
+    (``benchmarks/runtime-step-cost.txt``)."""
     run_id: str = ""
     """Identity of the training job (e.g. a hash of its config), recorded in every
     manifest; restore refuses a directory holding parts of another run id."""

@@ -183,6 +183,9 @@ class Runtime:
         """The failure being handled: ``trigger`` and what :meth:`fail` was told (``error``)."""
         self._phase_since = time.monotonic()
         self._pending_rng: dict | None = None
+        # the training thread's id (the pre-hook compares it with get_ident, a C call,
+        # instead of building thread objects); read here, in the process that trains
+        self._main_ident = threading.main_thread().ident
         self._notices: Any = None
         # SIGTERM always ends this process: from the moment it arrives, no new step starts
         # (the handler runs on the main thread between two bytecodes, maybe inside a
@@ -387,8 +390,10 @@ class Runtime:
         if self._pending_rng is not None:  # deferred from restore(): nothing can shift it now
             restore_rng(self._pending_rng)
             self._pending_rng = None
-        # cpu_s: this process's CPU time (s), for CPU-time overheads (jitbench overhead)
-        self.events.emit("step", "begin", step=step, cpu_s=time.process_time())
+        if self.config.step_cpu_time:  # CPU-time overheads (jitbench overhead)
+            self.events.emit("step", "begin", step=step, cpu_s=time.process_time())
+        else:
+            self.events.emit("step", "begin", step=step)
         self._step = step
         # nothing of this step reached or posted yet (a rollback redoes older steps)
         self._posted = min(self._posted, step - 1)
@@ -400,10 +405,8 @@ class Runtime:
         # whether this (main) thread holds the state lock is its own flag, never the
         # phase: a failure declared on another thread (SIGTERM, a notice, an Xid) sets
         # the phase to "failure" at any instant, also inside the optimizer step
-        if threading.current_thread() is not threading.main_thread():
-            return
-        if self._holds_state_lock:  # a second optimizer step in the same step
-            return
+        if self._holds_state_lock or threading.get_ident() != self._main_ident:
+            return  # a second optimizer step in the same step; another thread's optimizer
         self.strategy.on_optimizer_step(self)
         self._state_lock.acquire()  # blocks for good if a failure save holds it
         self._holds_state_lock = True
@@ -421,13 +424,12 @@ class Runtime:
             self._completed = step
             self.watchdog.hang.record(dur)
             self._phase = "boundary"
-            self._phase_since = time.monotonic()
+            self._phase_since = now = time.monotonic()
         finally:
             self._holds_state_lock = False
             self._state_lock.release()
         # rt_s: the runtime's own time at this step end (lock, snapshot): its hot path
-        self.events.emit("step", "end", step=step, dur_s=dur, rt_s=time.monotonic() - t_end,
-                         **info)
+        self.events.emit("step", "end", step=step, dur_s=dur, rt_s=now - t_end, **info)
         self.strategy.at_boundary(self, step)
 
     def enter_collective(self, step: int) -> None:

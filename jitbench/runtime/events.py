@@ -123,8 +123,11 @@ class EventLog:
         """
         rec = {"event": event, "phase": phase, "t_wall": time.time(),
                "t_mono": time.monotonic(), **self._base}
-        for k, v in fields.items():
-            rec[k] = v if type(v) in _ATOMS else _freeze(v)
+        if _ATOMS.issuperset(map(type, fields.values())):  # the common case, in C
+            rec.update(fields)
+        else:
+            for k, v in fields.items():
+                rec[k] = v if type(v) in _ATOMS else _freeze(v)
         with self._lock:
             if self._fd < 0:
                 return rec

@@ -21,9 +21,10 @@ __all__ = ["capture_rng", "capture_rng_raw", "restore_rng", "rng_digest", "rng_s
 _MT_BYTES = 624 * 4 + 4
 """Size of numpy's ``mt19937_state`` struct: ``uint32_t key[624]; int pos``."""
 
-_np_seen: tuple = (None, None, b"", None)
-"""numpy's global bit generator, a view of its MT19937 state, the state's raw bytes
-at the last full capture and that capture (:func:`_numpy_state`)."""
+_np_seen: tuple = (None, None, None, None)
+"""numpy's global bit generator, a view of its MT19937 state (:func:`_view`), a copy
+of the state at the last full capture (:func:`_copy`; None: none) and that capture
+(:func:`_numpy_state`)."""
 
 
 def _numpy_state() -> dict:
@@ -32,8 +33,8 @@ def _numpy_state() -> dict:
     ``get_state`` costs 40-50 µs (it builds a dict and a 624-word array), most
     of the runtime's per-step cost, while a training step rarely draws from
     numpy. So the capture compares the stream's raw MT19937 state (2,500 bytes
-    read in place at ``bit_generator.ctypes.state_address``, under 1 µs)
-    with the bytes of the last full capture and returns that capture again when
+    read in place at ``bit_generator.ctypes.state_address``, under 1 µs, as 625
+    words: :func:`_view`) with a copy of it taken at the last full capture and returns that capture again when
     they are equal and it held no cached Gaussian (``has_gauss`` 0: an unmoved
     key and position then mean that nothing was drawn, so ``has_gauss`` and
     ``gauss`` are unchanged too). Otherwise it calls ``get_state``. The dict
@@ -48,27 +49,34 @@ def _numpy_state() -> dict:
                     if type(bg).__name__ == "MT19937" else None)
         except (AttributeError, TypeError, ImportError):
             view = None
-        raw, state = b"", None
+        raw, state = None, None
     if view is not None and state is not None and not state["has_gauss"]:
-        if view.tobytes() == raw:
+        if view == raw:
             return state
     state = np.random.get_state(legacy=False)
-    _np_seen = (bg, view, view.tobytes() if view is not None else b"", state)
+    _np_seen = (bg, view, _copy(view), state)
     return state
 
 
 def _view(addr: int) -> memoryview:
-    """A byte view of the ``_MT_BYTES`` at ``addr`` (made once per generator: reading it
-    with ``tobytes`` costs a fraction of ``ctypes.string_at`` right after a training
-    step, when the caches hold the step's data)."""
-    return memoryview((ctypes.c_char * _MT_BYTES).from_address(addr)).cast("B")
+    """A view of the ``_MT_BYTES`` at ``addr`` as 625 native 32-bit words (format ``I``;
+    made once per generator). Two such views compare item by item in C with no copy:
+    about 4 µs right after a training step, from cold caches, where copying the
+    bytes out first (``tobytes``, a 2.5 KB allocation) costs 9-10 µs and a byte-wise
+    (``B``) comparison 2 µs even warm (``benchmarks/runtime-step-cost.txt``, run 5)."""
+    return memoryview((ctypes.c_char * _MT_BYTES).from_address(addr)).cast("B").cast("I")
+
+
+def _copy(view: memoryview | None) -> memoryview | None:
+    """A copy of ``view``'s words (None for None), comparable with it by ``==``."""
+    return None if view is None else memoryview(view.tobytes()).cast("I")
 
 
 _PY_OFFSET = 16
 """Offset of CPython's ``RandomObject`` fields after ``PyObject_HEAD`` (64-bit builds):
 ``int index; uint32_t state[624]`` (Modules/_randommodule.c), 2,500 bytes."""
 
-_py_seen: tuple = (None, None, b"", None)
+_py_seen: tuple = (None, None, None, None)
 """python's global generator, a view of its raw state (None: the layout differs), the
 raw bytes at the last full capture and that capture (:func:`_python_state`)."""
 
@@ -89,12 +97,12 @@ def _python_state() -> tuple:
     inst = random._inst  # type: ignore[attr-defined]
     seen, view, raw, state = _py_seen
     if seen is not inst:
-        view, raw, state = _python_view(inst), b"", None
+        view, raw, state = _python_view(inst), None, None
     if view is not None and state is not None and inst.gauss_next is state[2]:
-        if view.tobytes() == raw:
+        if view == raw:
             return state
     state = inst.getstate()
-    _py_seen = (inst, view, view.tobytes() if view is not None else b"", state)
+    _py_seen = (inst, view, _copy(view), state)
     return state
 
 
@@ -119,10 +127,27 @@ def capture_rng_raw() -> tuple:
     python's and numpy's are the last full capture while their stream has not
     moved (:func:`_python_state`, :func:`_numpy_state`), read-only. About 4 µs
     per call on a Xeon core when neither moved, up to 60 µs when both did."""
+    # the unmoved-stream checks of _python_state and _numpy_state inline: a function
+    # call costs several µs right after a training step (cold caches), the checks
+    # themselves about one
+    inst, view, raw, py = _py_seen
+    if (py is None or random._inst is not inst  # type: ignore[attr-defined]
+            or inst.gauss_next is not py[2] or view is None or view != raw):
+        py = _python_state()
+    bg, view, raw, npst = _np_seen
+    if (npst is None or npst["has_gauss"] or np.random.mtrand._rand._bit_generator is not bg
+            or view is None or view != raw):
+        npst = _numpy_state()
     # is_initialized (a flag, <0.1 µs) implies is_available (1.5 µs warm, up to ~70 µs
     # right after a training step on a host without a GPU)
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []
-    return _python_state(), _numpy_state(), torch.get_rng_state(), cuda
+    return py, npst, _torch_state(), cuda
+
+
+_torch_state = torch.default_generator.get_state
+"""torch's CPU stream (a new ``uint8`` tensor of 5,056 bytes): what
+``torch.get_rng_state`` returns, without its Python wrapper (a third less from
+cold caches right after a training step)."""
 
 
 def capture_rng() -> dict:
@@ -148,8 +173,8 @@ def rng_state(raw: tuple) -> dict:
 def restore_rng(state: dict) -> None:
     """Set every RNG stream from :func:`capture_rng`'s output (no draw in between)."""
     global _np_seen, _py_seen
-    _np_seen = (None, None, b"", None)  # a set state may match the last key with another gauss
-    _py_seen = (None, None, b"", None)
+    _np_seen = (None, None, None, None)  # a set state may match the last key with another gauss
+    _py_seen = (None, None, None, None)
     py = state["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))
     n = state["numpy"]

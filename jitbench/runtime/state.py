@@ -28,6 +28,8 @@ import io
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from itertools import chain
 from typing import Any
 
 import torch
@@ -83,6 +85,65 @@ def copy_small(obj: Any) -> Any:
     return copy.deepcopy(obj)
 
 
+_FLAT = _ATOMS | {tuple}
+_IS_TUPLE = partial(type.__instancecheck__, tuple)
+
+_SCHEDULER_STATE_DICTS = frozenset(
+    f for f in (getattr(torch.optim.lr_scheduler, "LRScheduler", None) and
+                torch.optim.lr_scheduler.LRScheduler.state_dict,
+                torch.optim.lr_scheduler.LambdaLR.state_dict,
+                torch.optim.lr_scheduler.MultiplicativeLR.state_dict) if f is not None)
+"""``state_dict`` implementations that read only the scheduler's own fields (every
+field but ``optimizer``; ``LambdaLR`` and ``MultiplicativeLR`` also each callable's
+``__dict__`` in ``lr_lambdas``): torch's ``LRScheduler`` base class, which most
+schedulers (``StepLR``, ``CosineAnnealingLR``, ``ReduceLROnPlateau``, ...) inherit."""
+
+
+def fields_scheduler(sched: Any) -> type | None:
+    """The scheduler's class if its boundary snapshot can be a copy of its fields,
+    else None (the snapshot is then a copy of its ``state_dict`` at each boundary).
+
+    A copy of the fields (one ``dict.copy`` of ``__dict__``, in C: about 4 µs per
+    step from cold caches against 16-26 µs for ``copy_small(state_dict())``,
+    ``benchmarks/runtime-step-cost.txt``) is the boundary's state when the
+    scheduler's ``state_dict`` is one of :data:`_SCHEDULER_STATE_DICTS` and its
+    fields hold only immutable values, lists or tuples of them (torch's
+    schedulers assign ``last_epoch``, ``_last_lr`` and ``_step_count`` anew at
+    each ``step``; ``base_lrs`` never changes) and, for ``lr_lambdas``, callables
+    whose state changes only inside ``scheduler.step()``. That step runs after
+    the optimizer step (the order torch requires), under the state lock, so
+    whenever a snapshot is assembled (at a boundary, or during the next step's
+    compute phase) the callables hold the boundary's state. Anything else
+    (``SequentialLR`` holding schedulers, ``OneCycleLR``'s phase dicts, a
+    scheduler with its own ``state_dict``): None.
+    """
+    if sched is None or getattr(type(sched), "state_dict", None) not in _SCHEDULER_STATE_DICTS:
+        return None
+    for key, value in vars(sched).items():
+        if key in ("optimizer", "lr_lambdas"):
+            continue
+        if type(value) in (list, tuple):
+            if not _ATOMS.issuperset(map(type, value)):
+                return None
+        elif type(value) not in _ATOMS:
+            return None
+    return type(sched)
+
+
+class _SchedulerFields(dict):
+    """A boundary copy of a scheduler's fields (``__dict__``, :func:`fields_scheduler`),
+    turned into its ``state_dict`` when a checkpoint is assembled."""
+
+    __slots__ = ()
+
+    def state_dict(self, cls: type) -> dict:
+        """What ``cls.state_dict()`` returned at the boundary (a copy): the method
+        runs on a bare instance holding these fields."""
+        inst = cls.__new__(cls)
+        inst.__dict__.update(self)
+        return copy_small(cls.state_dict(inst))
+
+
 @dataclass
 class Registered:
     """The objects a training script hands the runtime (:meth:`Runtime.register`)."""
@@ -127,6 +188,10 @@ class Boundary:
         """The model's parameters are DTensors (FSDP2/HSDP): checkpoints hold this rank's
         local shards (:mod:`jitbench.runtime.sharded`)."""
         self._live_buffers: list | None = None  # (name, tensor), cached by take() without into
+        self._buffer_pairs: tuple | None = None  # refresh(): (snapshot buffers, dst, src)
+        self._sched_cls: type | None = None
+        """The scheduler's class when its snapshot is a copy of its fields
+        (:func:`fields_scheduler`), None when it is a copy of its ``state_dict``."""
 
     def register(self, reg: Registered, step: int) -> list[str]:
         """Use ``reg`` from now on and snapshot it as the boundary after ``step``.
@@ -148,6 +213,7 @@ class Boundary:
             [*model.parameters(), *model.buffers(),
              *(t for st in optimizer.state.values() for t in st.values()
                if isinstance(t, torch.Tensor))]))
+        self._sched_cls = fields_scheduler(reg.scheduler)
         self.snapshot = self.take(step)
         return warnings
 
@@ -161,11 +227,9 @@ class Boundary:
         unless ``rng`` (a checkpoint's) is given. ``into``: the previous
         snapshot, whose buffer tensors are overwritten in place with one
         ``torch._foreach_copy_`` (the per-step hot path of strategies with
-        ``snapshot_each_step``: about 20-30 µs per step for the default GPT on
-        one core of the development VM when timed again right after a step, about
-        100 µs in the step end, where it runs from cold caches:
-        ``benchmarks/runtime-step-cost.txt``). The small values are
-        copied with :func:`copy_small`. The buffer list is cached by a call without ``into``:
+        ``snapshot_each_step`` is :meth:`refresh`, the same work written out). The
+        small values are copied with :func:`copy_small`, the hyper-parameters by
+        :meth:`_hyper_params` and the scheduler by :meth:`_scheduler_state`. The buffer list is cached by a call without ``into``:
         buffers must be updated in place, as BatchNorm's are; a script that
         replaces a buffer tensor registers again.
         """
@@ -205,30 +269,96 @@ class Boundary:
         return {n: b.clone() for n, b in self._live_buffers}
 
     def _hyper_params(self) -> list[dict] | None:
-        """The optimizer's param groups without ``params`` (copies), None without one."""
+        """The optimizer's param groups without ``params`` (copies), None without one.
+
+        A group whose values are immutable (numbers, strings, tuples such as Adam's
+        ``betas``) is copied with one ``dict.copy`` and one type check, both in C
+        (a tuple is shared: a scheduler that moves ``betas`` assigns a new one);
+        a group with anything else (a tensor ``lr``, as ``capturable`` optimizers
+        take; a list) has those values copied with :func:`copy_small`.
+        """
         if self.reg.optimizer is None:
             return None
         groups = []
         for g in self.reg.optimizer.param_groups:
-            # dict.copy and the type check run in C: a third of a comprehension's
-            # time right after a training step (benchmarks/runtime-step-cost.txt)
             d = g.copy()
             d.pop("params", None)
-            if not _ATOMS.issuperset(map(type, d.values())):  # betas, a tensor lr
-                for k, v in d.items():
+            vals = d.values()
+            # both checks run in C (map, filter, chain): no Python loop per step
+            if not (_FLAT.issuperset(map(type, vals)) and _ATOMS.issuperset(
+                    map(type, chain.from_iterable(filter(_IS_TUPLE, vals))))):
+                for k, v in d.items():  # a tensor lr, a list, a tuple holding a tensor
                     if type(v) not in _ATOMS:
                         d[k] = copy_small(v)
             groups.append(d)
         return groups
 
     def _scheduler_state(self) -> dict | None:
-        """A copy of the LR scheduler's ``state_dict``, None without one."""
+        """The LR scheduler's boundary state, None without one: a copy of its fields
+        where :func:`fields_scheduler` allows it (a :class:`_SchedulerFields`, turned
+        into the ``state_dict`` by :meth:`assemble`), else a copy of its ``state_dict``."""
         sched = self.reg.scheduler
-        return copy_small(sched.state_dict()) if sched is not None else None
+        if sched is None:
+            return None
+        if self._sched_cls is not None:
+            return _SchedulerFields(sched.__dict__)
+        return copy_small(sched.state_dict())
 
     def refresh(self, step: int) -> None:
-        """Bring :attr:`snapshot` to the boundary after ``step``, buffers copied in place."""
-        self.snapshot = self.take(step, into=self.snapshot)
+        """Bring :attr:`snapshot` to the boundary after ``step``, buffers copied in place.
+
+        The per-step hot path of strategies with ``snapshot_each_step``: what
+        :meth:`take` does with ``into``, its parts written out in this one method
+        (each Python call made right after a training step costs several µs from
+        cold caches: on the development VM this body costs about half of
+        ``take``'s calls to its parts, ``benchmarks/runtime-step-cost.txt``, run 5).
+        Falls back to :meth:`take` before the first snapshot, after the buffer list
+        changed and without an optimizer.
+        """
+        into = self.snapshot
+        live = self._live_buffers
+        r = self.reg
+        opt = r.optimizer
+        if into is None or live is None or opt is None or len(into["buffers"]) != len(live):
+            self.snapshot = self.take(step, into=into)
+            return
+        rng = capture_rng_raw()
+        buffers = into["buffers"]
+        if live:
+            pairs = self._buffer_pairs
+            if pairs is None or pairs[0] is not buffers:
+                pairs = self._buffer_pairs = (buffers, list(buffers.values()),
+                                              [b for _, b in live])
+            try:
+                torch._foreach_copy_(pairs[1], pairs[2])
+            except (AttributeError, RuntimeError):  # no foreach kernel: one copy each
+                for d, b in zip(pairs[1], pairs[2], strict=True):
+                    d.copy_(b)
+        groups = []
+        for g in opt.param_groups:  # as _hyper_params
+            d = g.copy()
+            d.pop("params", None)
+            vals = d.values()
+            if not (_FLAT.issuperset(map(type, vals)) and _ATOMS.issuperset(
+                    map(type, chain.from_iterable(filter(_IS_TUPLE, vals))))):
+                for k, v in d.items():
+                    if type(v) not in _ATOMS:
+                        d[k] = copy_small(v)
+            groups.append(d)
+        sched = r.scheduler
+        self.snapshot = {
+            "rng": rng,
+            "buffers": buffers,
+            "param_groups": groups,
+            "scheduler": (None if sched is None else _SchedulerFields(sched.__dict__)
+                          if self._sched_cls is not None else copy_small(sched.state_dict())),
+            "scaler": copy_small(r.scaler.state_dict()) if r.scaler is not None else None,
+            "data": LAZY if r.data_state else {},
+            "extra": copy_small(r.extra_state()) if r.extra_state else {},
+            "step": step,
+        }
+        if self.device_events.events:
+            self.device_events.mark()
 
     def assemble(self, step: int, snapshot: dict, local: bool = True) -> dict:
         """The complete checkpoint state at the boundary after ``step``: live
@@ -258,10 +388,12 @@ class Boundary:
                                           strict=True)]
         if self.sharded and local:
             model_sd, opt_sd = localize(model_sd), localize(opt_sd)
+        sched = snapshot["scheduler"]
         return {
             "model": model_sd,
             "optimizer": opt_sd,
-            "scheduler": snapshot["scheduler"],
+            "scheduler": (sched.state_dict(self._sched_cls) if type(sched) is _SchedulerFields
+                          else sched),
             "scaler": snapshot["scaler"],
             "rng": rng_state(rng) if isinstance(rng, tuple) else rng,
             "data": (copy_small(r.data_state(step)) if snapshot["data"] is LAZY

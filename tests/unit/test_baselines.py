@@ -290,3 +290,26 @@ def test_a_commit_removes_what_torn_writes_of_older_steps_left(tmp_path):
     ckpt.prune(d, keep_steps=2)
     assert sorted(f.name for f in d.glob("*.tmp")) == ["jit_step00000009_rank00001.pt.tmp"]
     assert [p.step for p in ckpt.list_parts(d)] == [9, 3]
+
+
+@pytest.mark.parametrize("cpu_time", [False, True])
+def test_step_begin_carries_cpu_time_only_when_asked(tmp_path, cpu_time):
+    """``cpu_s`` (process CPU time, for jitbench overhead's CPU-time overheads) is in each
+    step-begin event only under ``step_cpu_time``, which an overhead spec (one with
+    segments) sets: the system call is per-step cost the other runs need not pay."""
+    from jitbench.harness.spec import RunSpec
+
+    d = str(tmp_path)
+    m = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    log = EventLog(f"{d}/attempt000_rank00000.jsonl", 0, 0)
+    rt = Runtime(RuntimeConfig(strategy="jit", ckpt_dir=d, step_cpu_time=cpu_time), log, 0, 1)
+    rt.register(m, opt)
+    with rt.step(1):
+        m(torch.randn(3, 2)).sum().backward()
+        opt.step()
+    log.close()
+    begins = [e for e in read_events(tmp_path) if e["event"] == "step" and e["phase"] == "begin"]
+    assert len(begins) == 1 and ("cpu_s" in begins[0]) is cpu_time
+    assert RunSpec().runtime_config(d).step_cpu_time is False
+    assert RunSpec(segments=[{"strategy": "none", "steps": 2}]).runtime_config(d).step_cpu_time

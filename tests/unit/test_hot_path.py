@@ -135,3 +135,104 @@ def test_hyper_parameters_exclude_params_and_copy_a_tensor_lr():
     opt.param_groups[0]["weight_decay"] = 0.0
     assert g["lr"].item() == pytest.approx(0.01) and g["weight_decay"] == 0.01
     assert set(g) == set(opt.param_groups[0]) - {"params"}
+
+
+def test_capture_sees_a_move_of_exactly_one_twist_of_each_stream():
+    """624 words drawn leave the Twister's position where it was and change every word
+    of its key: the unmoved-stream check compares all 625 words, so it sees the move
+    (a check of the position alone would return the stale capture)."""
+    random.seed(11)
+    np.random.seed(11)
+    py0, np0 = capture_rng_raw()[:2]
+    for _ in range(624):
+        random.getrandbits(32)
+    np.random.randint(0, 2**32, size=624, dtype=np.uint32)
+    py1, np1 = capture_rng_raw()[:2]
+    assert py1[1][-1] == py0[1][-1]  # the same position ...
+    assert py1 != py0 and py1 == random.getstate()  # ... yet seen to move
+    now = np.random.get_state(legacy=False)
+    assert np1["state"]["pos"] == np0["state"]["pos"]
+    assert not np.array_equal(np1["state"]["key"], np0["state"]["key"])
+    assert np.array_equal(np1["state"]["key"], now["state"]["key"])
+
+
+def _training(sched_factory):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1, betas=(0.9, 0.95))
+    sched = sched_factory(opt)
+    b = Boundary()
+    b.register(Registered(model=model, optimizer=opt, scheduler=sched), 0)
+
+    def step():
+        model(torch.randn(8, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        sched.step()
+    return model, opt, sched, b, step
+
+
+SCHEDULERS = {
+    "LambdaLR": lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, _Halving()),
+    "StepLR": lambda opt: torch.optim.lr_scheduler.StepLR(opt, 2, 0.5),
+    "SequentialLR": lambda opt: torch.optim.lr_scheduler.SequentialLR(
+        opt, [torch.optim.lr_scheduler.ConstantLR(opt, 0.5, total_iters=2),
+              torch.optim.lr_scheduler.ExponentialLR(opt, 0.9)], milestones=[2]),
+}
+
+
+class _Halving:
+    """An LR multiplier object (LambdaLR checkpoints its fields)."""
+
+    def __init__(self) -> None:
+        self.base = 1.0
+
+    def __call__(self, i: int) -> float:
+        return self.base * 0.5 ** i
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULERS))
+def test_refreshed_snapshot_assembles_the_boundary_state(name):
+    """The per-step refresh (fields of the scheduler, hyper-parameters, buffers, RNG)
+    assembles what ``state_dict`` calls made at the boundary return, after the live
+    objects moved on; SequentialLR, which holds schedulers, takes the state_dict path."""
+    from jitbench.runtime.state import fields_scheduler
+
+    model, opt, sched, b, step = _training(SCHEDULERS[name])
+    assert (fields_scheduler(sched) is None) == (name == "SequentialLR")
+    for _ in range(3):
+        step()
+    b.refresh(3)
+    want_sched = copy_small(sched.state_dict())
+    want_groups = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+    want_bn = model[1].running_mean.clone()
+    want_torch = torch.get_rng_state()
+    step()  # everything moves on: last_epoch, _last_lr, lr, BatchNorm, RNG
+    opt.param_groups[0]["weight_decay"] = 0.5
+    got = b.assemble(3, b.snapshot)
+    assert got["scheduler"] == want_sched and got["scheduler"] != sched.state_dict()
+    assert [{k: v for k, v in g.items() if k != "params"}
+            for g in got["optimizer"]["param_groups"]] == want_groups
+    assert torch.equal(got["model"]["1.running_mean"], want_bn)
+    assert torch.equal(got["rng"]["torch"], want_torch)
+    # the assembled state loads back into a fresh scheduler as the boundary's
+    _, opt2, sched2, _, _ = _training(SCHEDULERS[name])
+    sched2.load_state_dict(got["scheduler"])
+    assert sched2.state_dict()["last_epoch"] == 3
+
+
+def test_refresh_equals_take_and_copies_tensor_betas():
+    """The written-out refresh makes the snapshot take() makes, and a tensor hyper-parameter
+    (Adam's betas as tensors) is a copy, not the live tensor."""
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1,
+                            betas=(torch.tensor(0.9), torch.tensor(0.95)))
+    b = Boundary()
+    b.register(Registered(model=model, optimizer=opt), 0)
+    b.refresh(1)
+    fresh = b.take(1)
+    assert set(b.snapshot) == set(fresh)
+    g = b.snapshot["param_groups"][0]
+    assert "params" not in g and g["betas"][0] is not opt.param_groups[0]["betas"][0]
+    opt.param_groups[0]["betas"][0].fill_(0.5)
+    assert g["betas"][0].item() == pytest.approx(0.9)

@@ -28,7 +28,7 @@ hook                   called
 
 Class attributes: ``snapshot_each_step`` (the facade refreshes the boundary
 snapshot at every step end under the state lock, so a failure save reads the
-last boundary; about 20 µs per step warm, ``benchmarks/runtime-step-cost.txt``) and ``reads_checkpoints``
+last boundary; ``benchmarks/runtime-step-cost.txt`` measures its cost) and ``reads_checkpoints``
 (restore looks in the checkpoint directory). The replay promise
 (``replay_bound``) is the registry entry's
 (:data:`jitbench.runtime.strategies.REGISTRY`).

@@ -339,6 +339,12 @@ class _Courier:
                 client.set(f"copy/{rank}/{step}/{i}", data[at:at + PIECE_BYTES])
             client.set(f"copy/{rank}/{step}/n", str(len(pieces)))  # complete from here
             client.set(f"latest/{rank}", str(step))
+            # a set is not acknowledged: torch's store client returns once the bytes are
+            # sent, and a large piece may still be in flight (a check from another
+            # connection right after missed it). A read on this connection is answered
+            # after every set before it: the copy is in the holder's memory from here.
+            if client.get(f"latest/{rank}") != str(step).encode():
+                raise RuntimeError(f"the holder's latest copy is not step {step}")
             old = self.sent.get(address)
             if old is not None and old[0] != step:
                 for key in [f"copy/{rank}/{old[0]}/{i}" for i in range(old[1])] + [
