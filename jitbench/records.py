@@ -18,6 +18,7 @@ torch, no harness), so the reports may use it.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,15 @@ COUNT_COLUMNS = ("num_failures", "injected_failures", "own_failures", "attempts"
 """Unit-less :data:`SCHEMA` columns that hold a number >= 0 as well."""
 LABEL_COLUMNS = ("workload", "strategy", "fault")
 """Columns that name a row's configuration: never empty in a row."""
+INTEGER_UNITS = ("steps", "ranks", "rank-steps")
+"""Units of :data:`SCHEMA` columns that count whole things (steps, ranks)."""
+INTEGER_COLUMNS = ("num_failures", "injected_failures", "own_failures", "attempts",
+                   "checkpoint_saves", "unfired_faults", "repeat", "seed")
+"""Unit-less :data:`SCHEMA` columns that hold whole numbers (``seed``: in [0, 2**32),
+numpy's seed range, as ``RunSpec.validate`` has it)."""
+SEED_END = 2**32
+FAULT_ITEM = re.compile(r"[a-z0-9][a-z0-9-]*@\d+:\d+")
+"""One fault of a ``faults`` cell: ``kind@rank:step`` (:func:`fault_kinds`)."""
 UNBOUNDED_COLUMNS = ("max_abs_diff",)
 """Number columns that may hold +inf: a final state whose tensors differ in shape or
 dtype from the reference's (:func:`jitbench.harness.metrics.compare_states`)."""
@@ -181,6 +191,12 @@ def _flag_ok(v: Any) -> bool:
     return isinstance(x, int | float) and x in (0, 1)
 
 
+def _faults_ok(v: Any) -> bool:
+    """Whether a non-empty ``faults`` cell is ``kind@rank:step`` items joined by commas."""
+    return isinstance(v, str) and all(FAULT_ITEM.fullmatch(f.strip())
+                                      for f in v.split(","))
+
+
 def _spec_ok(v) -> bool:
     """Whether a ``spec_json`` cell is a JSON object (as :func:`json.loads` reads it)."""
     import json
@@ -200,7 +216,9 @@ def check_cells(t, name: str = "results") -> None:
     parses them, finite and >= 0 (``world_size`` >= 1; +inf too in
     :data:`UNBOUNDED_COLUMNS`); a ``bool`` column empty cells, true/false or
     1/0; a :data:`LABEL_COLUMNS` column no empty cell; ``spec_json`` empty cells
-    or JSON objects. Nothing of ``t`` is
+    or JSON objects; ``faults`` empty cells or ``kind@rank:step`` items joined by
+    commas. Counts (:data:`INTEGER_UNITS`, :data:`INTEGER_COLUMNS`) must be whole
+    numbers, ``seed`` below 2**32. Nothing of ``t`` is
     changed (:func:`load_results` then converts number columns read as text).
 
     Args:
@@ -225,15 +243,23 @@ def check_cells(t, name: str = "results") -> None:
         elif col == "spec_json":  # the run spec, compared by gate: a JSON object
             bad = [not empty_cell(v) and not _spec_ok(v) for v in cells.tolist()]
             why = "it must be empty or the run spec as a JSON object"
-        elif unit in NUMBER_UNITS or col in COUNT_COLUMNS:
+        elif col == "faults":
+            bad = [not empty_cell(v) and not _faults_ok(v) for v in cells.tolist()]
+            why = "it must be empty or faults as kind@rank:step joined by commas"
+        elif unit in NUMBER_UNITS or col in COUNT_COLUMNS or col in INTEGER_COLUMNS:
             vals, empty = _number_cells(cells)
             low = 1 if col == "world_size" else 0
-            top = math.inf if col in UNBOUNDED_COLUMNS else math.nextafter(math.inf, 0)
-            ok = empty | ((vals >= low) & (vals <= top))  # NaN compares false: refused
+            top = (math.inf if col in UNBOUNDED_COLUMNS else SEED_END - 1 if col == "seed"
+                   else math.nextafter(math.inf, 0))
+            whole = unit in INTEGER_UNITS or col in INTEGER_COLUMNS
+            ok = empty | ((vals >= low) & (vals <= top)  # NaN compares false: refused
+                          & ((vals == vals.round()) if whole else True))
             bad = (~ok).tolist()
             what = {"s": "seconds", "GPU-s": "GPU-seconds"}.get(unit or "", unit or "")
-            why = (f"it must be empty or a {'' if col in UNBOUNDED_COLUMNS else 'finite '}"
-                   f"number >= {low}" + (f" ({what})" if what else ""))
+            kind = ("whole number" if whole else "finite number" if col not in UNBOUNDED_COLUMNS
+                    else "number")
+            why = (f"it must be empty or a {kind} >= {low}"
+                   + (" and < 2**32" if col == "seed" else "") + (f" ({what})" if what else ""))
         else:
             continue
         if not any(bad):

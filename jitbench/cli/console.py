@@ -6,6 +6,7 @@ The rich consoles are built on first use, so commands that print plain text
 
 from __future__ import annotations
 
+import os
 import sys
 from functools import cache
 from typing import TYPE_CHECKING
@@ -16,11 +17,14 @@ if TYPE_CHECKING:
 
 @cache
 def out() -> Console:
-    """The console for tables and results (stdout; 200 columns when not a terminal,
-    so CI logs are not squeezed)."""
+    """The console for tables and results (stdout). Its width is the terminal's, or
+    ``$COLUMNS`` where that is a number (rich reads it), else 200 columns when stdout
+    is not a terminal, so CI logs are not squeezed."""
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=200)
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").strip().isdigit():
+        return Console()
+    return Console(width=200)
 
 
 @cache

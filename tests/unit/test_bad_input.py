@@ -249,7 +249,8 @@ def test_checkpoint_directory_that_cannot_be_written(jb, tmp_path, where, needle
 def test_an_absent_checkpoint_directory_passes_and_nothing_is_made(jb, tmp_path):
     """An absent --ckpt-dir that can be made passes the check, which makes nothing
     (a --ckpt-dir inside the --run-dir it precedes, as a multi-node job shares one);
-    an existing one is not probed (a read-only one may be resumed from)."""
+    an existing one with checkpoints is not probed (a read-only one may be resumed
+    from); an existing one without, that takes no new file, is refused."""
     from jitbench.harness.run import check_ckpt_dir
     from jitbench.harness.spec import RunSpec
 
@@ -258,6 +259,11 @@ def test_an_absent_checkpoint_directory_passes_and_nothing_is_made(jb, tmp_path)
     code, err = jb("run", "--ckpt-dir", str(tmp_path / "r" / "ck"), "--run-dir",
                    str(tmp_path / "r"), "--steps", "0")  # refused later, for --steps
     assert code == 2 and "--steps must be >= 1" in one_line(err)
+    assert not (tmp_path / "r").exists()
+    check_ckpt_dir(RunSpec(ckpt_dir=str(tmp_path)))  # existing, empty, writable: passes
+    assert list(tmp_path.iterdir()) == []
+    code, err = jb("run", "--ckpt-dir", "/proc", "--run-dir", str(tmp_path / "r"))
+    assert code == 2 and "takes no new file" in one_line(err) and "/proc" in err
     assert not (tmp_path / "r").exists()
 
 

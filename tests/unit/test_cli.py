@@ -214,3 +214,21 @@ def test_strategy_help_comes_from_the_registry():
     for cmd in ("run", "sweep"):
         r = CliRunner().invoke(app, [cmd, "--help"], terminal_width=400)
         assert r.exit_code == 0 and usage() in " ".join(r.output.split()), r.output
+
+
+@pytest.mark.parametrize("columns, width", [("90", 90), (None, 200), ("wide", 200)])
+def test_piped_tables_take_columns_from_the_environment(monkeypatch, columns, width):
+    """Piped stdout (not a terminal): $COLUMNS where it is a number, else 200 columns."""
+    from jitbench.cli import console
+
+    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False, raising=False)
+    console.out.cache_clear()
+    try:
+        assert console.out().width == width
+    finally:
+        console.out.cache_clear()

@@ -286,9 +286,16 @@ def test_validate_names_a_strategy_the_model_does_not_cover(jb, tmp_path):
                          "(seconds)"),
     ("wasted_gpu_s", "abc", "wasted_gpu_s is 'abc'; it must be empty or a finite number "
                             ">= 0 (GPU-seconds)"),
-    ("num_failures", float("inf"), "num_failures is inf; it must be empty or a finite "
+    ("num_failures", float("inf"), "num_failures is inf; it must be empty or a whole "
                                    "number >= 0"),
-    ("world_size", -2, "world_size is -2; it must be empty or a finite number >= 1"),
+    ("world_size", -2, "world_size is -2; it must be empty or a whole number >= 1"),
+    # a new-user trial: each passed every command (exit 0)
+    ("replayed_steps", 1.5, "replayed_steps is 1.5; it must be empty or a whole number "
+                            ">= 0 (steps)"),
+    ("seed", "abc", "seed is 'abc'; it must be empty or a whole number >= 0 and < 2**32"),
+    ("seed", 2**32, "seed is 4294967296"),
+    ("faults", "garbage", "faults is 'garbage'; it must be empty or faults as "
+                          "kind@rank:step joined by commas"),
     ("repeat", "x", "repeat is 'x'"),
     ("recovery_s", "abc", "recovery_s is 'abc'"),
     ("unfired_faults", "abc", "unfired_faults is 'abc'"),
@@ -308,7 +315,7 @@ def test_a_corrupt_cell_is_named_by_every_command_that_reads_the_table(
     table and everything else in the directory stay as they were."""
     good = _rows()
     if column not in good:
-        good[column] = "{}" if column == "spec_json" else 0
+        good[column] = {"spec_json": "{}", "faults": "kill@1:4,term@0:6"}.get(column, 0)
     bad = good.copy()
     bad[column] = bad[column].astype(object)
     bad.loc[1, column] = value
