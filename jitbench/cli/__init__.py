@@ -48,11 +48,10 @@ def _on_sigterm(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def repeated_option(args: list[str]) -> str | None:
-    """The one-line refusal of an option that takes one value and is given several
-    times in ``args`` (the command line after ``jitbench``), or None. Click keeps the
-    last value silently, so ``--fault kill --fault nccl-hang`` would inject only
-    ``nccl-hang``. A launched script's own arguments (after ``--``) are not read."""
+def _parse(args: list[str]) -> tuple | None:
+    """``(command, values, order)`` of ``args`` (the command line after ``jitbench``)
+    as click's parser reads it before any conversion, or None (no command, or a
+    command line click will refuse on the real parse, saying why)."""
     group = typer.main.get_command(app)
     names = [i for i, a in enumerate(args) if not a.startswith("-")]
     cmd = group.commands.get(args[names[0]]) if names else None  # type: ignore[attr-defined]
@@ -61,9 +60,45 @@ def repeated_option(args: list[str]) -> str | None:
     try:
         parser = cmd.make_parser(cmd.context_class(cmd, info_name=args[names[0]],
                                                    resilient_parsing=True))
-        _, _, order = parser.parse_args(args=list(args[names[0] + 1:]))
+        values, _, order = parser.parse_args(args=list(args[names[0] + 1:]))
     except Exception:  # noqa: BLE001 - click says what is wrong, on the real parse
         return None
+    return cmd, values, order
+
+
+def blank_value(args: list[str]) -> str | None:
+    """The one-line refusal of a blank value (empty or only spaces) given to an option
+    or argument in ``args``, or None. No jitbench option takes one, and a path that is
+    blank was read as the working directory (``jitbench validate ""`` validated every
+    run under it) or named nothing (``--data ""``): most often an unset shell
+    variable. Of a launched script's command (after ``--``) only the script itself is
+    read, not its own arguments."""
+    parsed = _parse(args)
+    if parsed is None:
+        return None
+    cmd, values, _ = parsed
+    for p in cmd.params:
+        v = values.get(p.name)
+        given = [v] if isinstance(v, str) else list(v or ()) if isinstance(v, list | tuple) else []
+        if getattr(p, "param_type_name", "") == "argument" and p.name == "command":
+            given = given[:1]  # the script or -m MODULE; its arguments are its own
+        if any(isinstance(x, str) and not x.strip() for x in given):
+            what = (max(p.opts, key=len) if getattr(p, "param_type_name", "") == "option"
+                    else "the script after --" if p.name == "command"
+                    else (getattr(p, "metavar", None) or p.name).upper())
+            return f"{what} is blank (an unset shell variable?); give a value"
+    return None
+
+
+def repeated_option(args: list[str]) -> str | None:
+    """The one-line refusal of an option that takes one value and is given several
+    times in ``args`` (the command line after ``jitbench``), or None. Click keeps the
+    last value silently, so ``--fault kill --fault nccl-hang`` would inject only
+    ``nccl-hang``. A launched script's own arguments (after ``--``) are not read."""
+    parsed = _parse(args)
+    if parsed is None:
+        return None
+    cmd, _, order = parsed
     seen: dict[str, int] = {}
     for p in order:  # every option each time it was given (typer's own click classes)
         if (getattr(p, "param_type_name", "") == "option" and not p.multiple
@@ -87,7 +122,7 @@ def main() -> None:
     except ValueError:  # not the main thread (embedded use)
         pass
     try:
-        why = repeated_option(sys.argv[1:])
+        why = repeated_option(sys.argv[1:]) or blank_value(sys.argv[1:])
         if why is not None:
             raise InputError(why)
         # click returns (does not raise) a typer.Exit's status when not standalone

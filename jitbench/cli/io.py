@@ -44,9 +44,26 @@ def parse_replicas(text: str) -> tuple[int, ...]:
         out = tuple(int(x) for x in csv_list(text))
     except ValueError:
         out = ()
-    if not out or min(out) < 1:
-        raise InputError(f"--replicas: expected comma-separated integers >= 1, got {text!r}")
+    if not out or min(out) < 1 or max(out) > MAX_REPLICAS:
+        raise InputError(f"--replicas: expected comma-separated integers in [1, "
+                         f"{MAX_REPLICAS}], got {text!r}")
     return out
+
+
+MAX_REPLICAS = 1024
+"""Most writers of a measured split save. Each writes its share as files of its own,
+so the count bounds the files one measurement makes (a million writers made about
+780k files of a few bytes each: a file-creation benchmark, not a checkpoint's); a
+data-parallel job of 16k GPUs with 8-way model parallelism has 2,048 replicas, of
+which a split save at this size would use far fewer writers than 1,024."""
+
+
+def _mb_digits(x: float | None) -> int:
+    """Decimals that give a size or rate in MB three significant figures (0 from 100 up):
+    a small state's 2.4 MB is not shown as 2."""
+    if x is None or x != x or x >= 100:
+        return 0
+    return 1 if x >= 10 else 2
 
 
 def io(
@@ -88,7 +105,8 @@ def io(
         raise InputError(f"--ckpt-dir {ckpt_dir} is not empty (give an absent or empty "
                          "directory: the benchmark writes and removes its own files there)")
     if ckpt_dir is None and not run_dir.is_dir():
-        raise InputError(f"--run-dir {run_dir} is not a directory")
+        raise InputError(f"--run-dir {run_dir} "
+                         + ("is not a directory" if run_dir.exists() else "does not exist"))
     # every output is checked before the state is built and measured (minutes): a path
     # that cannot be written, or a file recorded by something else, is refused now
     check_dir(ckpt_dir if ckpt_dir is not None else run_dir,
@@ -148,8 +166,8 @@ def io(
     for col in ("what", "MB", "seconds", "MB/s", "ratio to disk"):
         table.add_column(col, justify="left" if col == "what" else "right")
     for r in rows:
-        table.add_row(r.what, cell(r.mb, 0), cell(r.seconds, 3), cell(r.mb_s, 0),
-                      cell(r.ratio, 2))
+        table.add_row(r.what, cell(r.mb, _mb_digits(r.mb)), cell(r.seconds, 3),
+                      cell(r.mb_s, _mb_digits(r.mb_s)), cell(r.ratio, 2))
     console.out().print(table)
     la, lb = meta["loadavg_before"], meta["loadavg_after"]
     console.out().print(

@@ -450,7 +450,16 @@ def summarize(spec: ScriptSpec, run_dir: Path, res: LaunchResult, ref: LaunchRes
     fired_ids = {f["id"] for f in summary["fired"]}
     summary["unfired"] = [f.id for f in spec.faults if f.id not in fired_ids]
     summary["unfired_faults"] = len(summary["unfired"])
-    summary["end_reason"] = end_reason(spec, m, res, err)
+    if (summary["completed"] and err["error_kind"] is None and not final_step(evs)
+            and not res.interrupted and not res.timed_out):
+        # every rank ended, none after an optimizer step: nothing was trained or measured
+        # (README: not a training script is bad input, exit 2, like --first-step-s)
+        summary["completed"] = False
+        err = {"error": "the script ended without reaching an optimizer step",
+               "error_kind": "input", "error_tail": None}
+        summary["end_reason"] = f"not a training script: {err['error']}"
+    else:
+        summary["end_reason"] = end_reason(spec, m, res, err)
     summary["state_equal"] = summary["max_abs_diff"] = summary["sample_stream_equal"] = None
     summary["sample_stream_reason"] = SCRIPT_SAMPLES_REASON
     summary["loss_equal"] = None

@@ -213,6 +213,10 @@ SUMMARY_ROWS = [
     Column("completed", "completed", "", "3")]
 """The headline metrics of one run (rows of :func:`summary_table`; ``fmt`` with 3
 decimals, booleans as true/false)."""
+LOSS_EQUAL = Column("loss_equal", "loss_equal", "", "3")
+LOSS_EQUAL_DOC = ("every step's loss on rank 0 bitwise equal to the fault-free reference's "
+                  "(a launched script)")
+"""Shown after ``sample_stream_equal`` where a launch compared its per-step losses."""
 IN_PROCESS_ROWS = [Column("reform_s", "reform_s", "s", "3"),
                    Column("transfer_s", "transfer_s", "s", "3")]
 """Shown after ``restart_s`` where a failure was recovered in process."""
@@ -268,6 +272,9 @@ def summary_table(summary: dict) -> Table:
                 and _missing(summary.get(c.name)):  # the why its empty cell points to
             t.add_row("sample_stream_reason", Text(str(summary["sample_stream_reason"]), justify="left"), "",
                       docs.get("sample_stream_reason", ""))
+        if c.name == "sample_stream_equal" and summary.get("loss_equal") is not None:
+            # a launched script's oracle of the stream, which its reason names
+            t.add_row("loss_equal", cell(LOSS_EQUAL, summary), "", LOSS_EQUAL_DOC)
         if c.name == "restart_s":  # recovered in process: its two phases in the restart's place
             for extra in IN_PROCESS_ROWS:
                 if summary.get(extra.name) is not None:

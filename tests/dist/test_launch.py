@@ -131,6 +131,24 @@ def test_script_that_never_steps_is_refused(tmp_path):
     assert run_processes(tmp_path / "run") == []
 
 
+@pytest.mark.parametrize("fault", [["--fault", "none"],
+                                   ["--fault", "kill", "--fault-step", "2"]])
+def test_script_that_ends_without_a_step_is_refused(tmp_path, fault):
+    """A script that ends (exit 0) without an optimizer step is not a training script:
+    exit 2 with the reason, as for --first-step-s (a new-user trial: exit 0 with no
+    fault, exit 3 'never fired' with one)."""
+    script = tmp_path / "nostep.py"
+    script.write_text("import torch\nprint('no training here')\n")
+    p = _cli("launch", "--nproc", "2", "--no-reference", *fault, "--run-dir",
+             str(tmp_path / "run"), "--timeout-s", "200", "--", str(script), cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "ended without reaching an optimizer step" in lines[0]
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["error_kind"] == "input" and s["completed"] is False
+    assert s["end_reason"].startswith("not a training script")
+
+
 @pytest.mark.parametrize("args, message", [
     (["--fault", "kill", "--fault-step", "3", "--", "missing.py"], "does not exist"),
     (["--unknown-flag", "--", "x.py"], "No such option: --unknown-flag"),

@@ -13,6 +13,7 @@ import pytest
 import typer
 
 from jitbench.harness.spec import RunSpec, SpecError, Strategy
+from tests.conftest import one_line
 
 
 def _cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
@@ -232,3 +233,34 @@ def test_piped_tables_take_columns_from_the_environment(monkeypatch, columns, wi
         assert console.out().width == width
     finally:
         console.out.cache_clear()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["validate", ""], "RESULTS is blank"),
+    (["report", " "], "DIRECTORY is blank"),
+    (["gate", "--baseline", "", "x"], "--baseline is blank"),
+    (["run", "--data", "", "--steps", "2"], "--data is blank"),
+    (["launch", "--", ""], "the script after -- is blank"),
+    (["io", "--ckpt-dir", ""], "--ckpt-dir is blank"),
+])
+def test_a_blank_value_is_refused_before_anything_is_read(jb, tmp_path, monkeypatch, args,
+                                                           says):
+    """A blank path (an unset shell variable) is one line, exit 2, before any work: a new-user
+    trial found ``validate ""`` validating every run under the working directory (exit 0),
+    ``report ""`` reading it, and ``run --data ""`` naming a path of no name."""
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "records.csv").write_text("workload,strategy,fault\ngpt,jit,kill\n")
+    monkeypatch.chdir(tmp_path)
+    code, err = jb(*args)
+    assert code == 2 and says in one_line(err) and "unset shell variable" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
+    assert sorted(p.name for p in run.iterdir()) == ["records.csv"]
+
+
+def test_a_launched_scripts_own_blank_argument_is_its_own(jb, tmp_path):
+    """After the script, blank arguments belong to it (it may take one): not refused here."""
+    from jitbench.cli import blank_value
+
+    assert blank_value(["launch", "--", "train.py", "", "--name", ""]) is None
+    assert blank_value(["launch", "--run-dir", "", "--", "train.py"]) is not None

@@ -185,7 +185,9 @@ def test_io_checks_every_output_before_measuring(jb, tmp_path, monkeypatch):
         (("--csv", str(rec)), "exists and is not a jitbench io table"),
         (("--csv", str(tmp_path / "x.csv")), "x.csv.meta.json exists and is not a jitbench io"),
         (("--ckpt-dir", str(rec / "ck")), f"--ckpt-dir: cannot write {rec / 'ck'}"),
-        (("--run-dir", "/proc/self/nope"), "--run-dir /proc/self/nope is not a directory"),
+        (("--run-dir", "/proc/self/nope"), "--run-dir /proc/self/nope does not exist"),
+        (("--run-dir", str(rec)), f"--run-dir {rec} is not a directory"),
+
         # a directory that exists but answers ENOENT to a create is named as such
         (("--csv", "/proc/x.csv"), "--csv: cannot write /proc/x.csv: /proc takes no new file "
          "(the system answered: No such file or directory)"),
@@ -193,6 +195,11 @@ def test_io_checks_every_output_before_measuring(jb, tmp_path, monkeypatch):
     for args, needle in cases:
         code, err = jb(*base, *args)
         assert code == 2 and needle in one_line(err), (args, err)
+    # a new-user trial: a million writers were accepted (about 780k files made)
+    code, err = jb("io", "--size", "tiny", "--repeats", "1", "--replicas", "1,1000000",
+                   "--run-dir", str(tmp_path))
+    assert code == 2 and ("--replicas: expected comma-separated integers in [1, 1024], "
+                          "got '1,1000000'") in one_line(err)
     assert rec.read_bytes() == before and json.loads(meta_of_other.read_text()) == {"mine": 1}
     assert not (tmp_path / "x.csv").exists()
 
@@ -458,3 +465,28 @@ def test_a_bad_cell_is_named_by_its_position_in_a_table_with_a_repeated_index(tm
     with pytest.raises(InputError, match=r"results.parquet: row 6 \(script:mytrain.py/own/kill "
                                          r"repeat 1\): recovery_s is -1.0"):
         load_results(f)
+
+
+def test_io_table_gives_small_sizes_three_figures(jb, tmp_path, monkeypatch):
+    """A small state's size and a slow rate keep three significant figures in the table
+    (a new-user trial: 2.4 MB was shown as 2); large ones stay whole MB."""
+    import io as stdio
+
+    from rich.console import Console
+
+    from jitbench.cli import console
+    from jitbench.harness import iobench
+
+    buf = stdio.StringIO()
+    monkeypatch.setattr(console, "out", lambda: Console(file=buf, width=200))
+    monkeypatch.setattr(iobench, "make_state", lambda size: {})
+    monkeypatch.setattr(iobench, "run_io_bench", lambda d, *a, **k: [
+        iobench.make_row("disk write", 2.4e6, [0.5]),
+        iobench.make_row("disk read", 1.5e9, [1.0])])
+    code, err = jb("io", "--size", "tiny", "--repeats", "1", "--replicas", "1",
+                   "--run-dir", str(tmp_path))
+    assert code == 0, err
+    rows = {ln.split("│")[1].strip(): [c.strip() for c in ln.split("│")[2:5]]
+            for ln in buf.getvalue().splitlines() if ln.startswith("│")}
+    assert rows["disk write"] == ["2.40", "0.500", "4.80"]
+    assert rows["disk read"] == ["1500", "1.000", "1500"]

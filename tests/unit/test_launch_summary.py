@@ -117,7 +117,13 @@ def test_a_launch_says_why_its_sample_stream_is_not_compared(tmp_path, strategy)
     # no reference compared here: the reason does not point at a loss comparison
     assert s["loss_equal"] is None and "loss_equal" not in reason
     rows = _table_rows(s)  # the reason the empty cell's label points to is in the table
-    assert "sample_stream_reason" in rows
+    assert "sample_stream_reason" in rows and "loss_equal" not in rows
+    # with a reference compared, the reason names loss_equal: the table shows its row
+    compared = {**s, "loss_equal": False,
+                "sample_stream_reason": reason + "; loss_equal compares its per-step losses"}
+    t = summary_table(compared)
+    names, values = t.columns[0]._cells, t.columns[1]._cells
+    assert "loss_equal" in names and values[names.index("loss_equal")] == "false"
 
 
 @pytest.mark.parametrize("strategy, words", [
