@@ -186,6 +186,7 @@ class Runtime:
         # the training thread's id (the pre-hook compares it with get_ident, a C call,
         # instead of building thread objects); read here, in the process that trains
         self._main_ident = threading.main_thread().ident
+        self._optimizer_step_hooked = self.strategy.hooks_optimizer_step(self)
         self._notices: Any = None
         # SIGTERM always ends this process: from the moment it arrives, no new step starts
         # (the handler runs on the main thread between two bytecodes, maybe inside a
@@ -255,6 +256,7 @@ class Runtime:
                          load_extra, load_data)
         for message in self.boundary.register(reg, self._completed):
             self.events.emit("warning", where="register", message=message)
+        self._optimizer_step_hooked = self.strategy.hooks_optimizer_step(self)
         optimizer.register_step_pre_hook(self._on_optimizer_step)
 
     def add_check(self, check: Check) -> None:
@@ -310,6 +312,7 @@ class Runtime:
             if nxt is None:
                 nxt = self._strategies[strategy] = cls(self.config)
             self.strategy = nxt
+            self._optimizer_step_hooked = nxt.hooks_optimizer_step(self)
 
     # ------------------------------------------------------------ step loop
     def steps(self, first: int, last: int) -> Iterator[int]:
@@ -407,7 +410,8 @@ class Runtime:
         # the phase to "failure" at any instant, also inside the optimizer step
         if self._holds_state_lock or threading.get_ident() != self._main_ident:
             return  # a second optimizer step in the same step; another thread's optimizer
-        self.strategy.on_optimizer_step(self)
+        if self._optimizer_step_hooked:  # a strategy with work here (a call costs µs)
+            self.strategy.on_optimizer_step(self)
         self._state_lock.acquire()  # blocks for good if a failure save holds it
         self._holds_state_lock = True
         self._phase = "mutating"
@@ -422,7 +426,9 @@ class Runtime:
             if self.strategy.snapshot_each_step:
                 self.boundary.refresh(step)
             self._completed = step
-            self.watchdog.hang.record(dur)
+            hang = self.watchdog.hang  # HangBound.record, written out (a call costs µs)
+            hang.step_times.append(dur)
+            hang.warming = False
             self._phase = "boundary"
             self._phase_since = now = time.monotonic()
         finally:

@@ -313,3 +313,34 @@ def test_step_begin_carries_cpu_time_only_when_asked(tmp_path, cpu_time):
     assert len(begins) == 1 and ("cpu_s" in begins[0]) is cpu_time
     assert RunSpec().runtime_config(d).step_cpu_time is False
     assert RunSpec(segments=[{"strategy": "none", "steps": 2}]).runtime_config(d).step_cpu_time
+
+
+def test_the_optimizer_pre_hook_calls_a_strategy_only_where_it_has_work(tmp_path):
+    """jit's pre-hook work (waiting for the device's gradient collective) exists only with
+    the state on a GPU: on a CPU model the runtime skips the call; a strategy that
+    overrides on_optimizer_step without saying otherwise is called at every step."""
+    from jitbench.runtime.strategies.base import Strategy
+
+    d = str(tmp_path)
+    m = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    rt = Runtime(RuntimeConfig(strategy="jit", ckpt_dir=d),
+                 EventLog(f"{d}/attempt000_rank00000.jsonl", 0, 0), 0, 1)
+    rt.register(m, opt)
+    assert rt.strategy.hooks_optimizer_step(rt) is False
+    calls = []
+
+    class Counting(type(rt.strategy)):
+        def on_optimizer_step(self, rt):
+            calls.append(rt.step_in_progress)
+
+        hooks_optimizer_step = Strategy.hooks_optimizer_step
+
+    rt.strategy = Counting(rt.config)
+    rt.register(m, opt)  # asked again at register
+    for step in (1, 2):
+        with rt.step(step):
+            m(torch.randn(3, 2)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    assert calls == [1, 2]  # once per step, though register hooked the optimizer twice

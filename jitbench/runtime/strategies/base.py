@@ -131,6 +131,13 @@ class Strategy:
     def on_optimizer_step(self, rt: Runtime) -> None:
         """Main thread, at the optimizer's pre-hook, before the state lock."""
 
+    def hooks_optimizer_step(self, rt: Runtime) -> bool:
+        """Whether :meth:`on_optimizer_step` has work for ``rt`` as registered now (asked
+        when the strategy is set and at each ``register``); False spares the call at
+        every step (several µs right after a CPU training step). Default: whether the
+        class overrides it."""
+        return type(self).on_optimizer_step is not Strategy.on_optimizer_step
+
     def at_boundary(self, rt: Runtime, step: int) -> None:
         """Step ``step`` has completed and its end event is written (main thread)."""
 

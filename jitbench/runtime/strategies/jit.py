@@ -60,6 +60,10 @@ class JustInTime(Strategy):
         # here, at the last boundary on host and device alike.
         rt.boundary.device_events.sync()
 
+    def hooks_optimizer_step(self, rt: Runtime) -> bool:
+        # the wait has work only where the state lives on a GPU
+        return bool(rt.boundary.device_events.devices)
+
     @property
     def backstop(self) -> int:
         """Steps between the backstop's periodic checkpoints (0: none): the registry
