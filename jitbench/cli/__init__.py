@@ -10,6 +10,7 @@ Errors the user can cause are :class:`~jitbench.errors.JitbenchError`\\ s;
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from typing import Annotated
@@ -49,9 +50,10 @@ def _on_sigterm(signum, frame) -> None:
 
 
 def _parse(args: list[str]) -> tuple | None:
-    """``(command, values, order)`` of ``args`` (the command line after ``jitbench``)
-    as click's parser reads it before any conversion, or None (no command, or a
-    command line click will refuse on the real parse, saying why)."""
+    """``(command, values, order, extra)`` of ``args`` (the command line after
+    ``jitbench``) as click's parser reads it before any conversion (``extra``: the
+    arguments no parameter took), or None (no command, or a command line click will
+    refuse on the real parse, saying why)."""
     group = typer.main.get_command(app)
     names = [i for i, a in enumerate(args) if not a.startswith("-")]
     cmd = group.commands.get(args[names[0]]) if names else None  # type: ignore[attr-defined]
@@ -60,10 +62,10 @@ def _parse(args: list[str]) -> tuple | None:
     try:
         parser = cmd.make_parser(cmd.context_class(cmd, info_name=args[names[0]],
                                                    resilient_parsing=True))
-        values, _, order = parser.parse_args(args=list(args[names[0] + 1:]))
+        values, extra, order = parser.parse_args(args=list(args[names[0] + 1:]))
     except Exception:  # noqa: BLE001 - click says what is wrong, on the real parse
         return None
-    return cmd, values, order
+    return cmd, values, order, extra
 
 
 def blank_value(args: list[str]) -> str | None:
@@ -76,18 +78,40 @@ def blank_value(args: list[str]) -> str | None:
     parsed = _parse(args)
     if parsed is None:
         return None
-    cmd, values, _ = parsed
+    cmd, values, _, extra = parsed
     for p in cmd.params:
+        if p.name in BLANK_ALLOWED:
+            continue
         v = values.get(p.name)
         given = [v] if isinstance(v, str) else list(v or ()) if isinstance(v, list | tuple) else []
         if getattr(p, "param_type_name", "") == "argument" and p.name == "command":
-            given = given[:1]  # the script or -m MODULE; its arguments are its own
+            given = _script_of(given)  # its own arguments are the script's
         if any(isinstance(x, str) and not x.strip() for x in given):
             what = (max(p.opts, key=len) if getattr(p, "param_type_name", "") == "option"
-                    else "the script after --" if p.name == "command"
+                    else "the script to launch" if p.name == "command"
                     else (getattr(p, "metavar", None) or p.name).upper())
             return f"{what} is blank (an unset shell variable?); give a value"
+    if any(not x.strip() for x in extra):
+        return "a blank argument was given (an unset shell variable?); remove it or give a value"
     return None
+
+
+BLANK_ALLOWED = frozenset({"script_args"})
+"""Parameters whose blank value means something: ``sweep --script-args ''`` is a
+script run without arguments beside others that take some."""
+
+
+def _script_of(command: list) -> list:
+    """The items of a launched command that name what runs: the script, or the module
+    of ``-m MODULE``, past a leading interpreter (``python``, ``python3.11``, a path to
+    one); the rest are the script's own arguments."""
+    rest = list(command)
+    if rest and isinstance(rest[0], str) and os.path.basename(rest[0]).startswith("python") \
+            and len(rest) > 1:
+        rest = rest[1:]
+    if rest and rest[0] == "-m":
+        return rest[1:2]
+    return rest[:1]
 
 
 def repeated_option(args: list[str]) -> str | None:
@@ -98,7 +122,7 @@ def repeated_option(args: list[str]) -> str | None:
     parsed = _parse(args)
     if parsed is None:
         return None
-    cmd, _, order = parsed
+    cmd, _, order, _ = parsed
     seen: dict[str, int] = {}
     for p in order:  # every option each time it was given (typer's own click classes)
         if (getattr(p, "param_type_name", "") == "option" and not p.multiple

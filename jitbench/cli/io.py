@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import sys
 import tempfile
@@ -58,12 +59,12 @@ data-parallel job of 16k GPUs with 8-way model parallelism has 2,048 replicas, o
 which a split save at this size would use far fewer writers than 1,024."""
 
 
-def _mb_digits(x: float | None) -> int:
-    """Decimals that give a size or rate in MB three significant figures (0 from 100 up):
-    a small state's 2.4 MB is not shown as 2."""
-    if x is None or x != x or x >= 100:
+def _digits(x: float | None) -> int:
+    """Decimals that give ``x`` three significant figures (0 from 100 up, at most 6): a
+    small state's 2.4 MB is not shown as 2, nor its 0.0031 s save as 0.003."""
+    if x is None or x != x or x >= 100 or x <= 0:
         return 0
-    return 1 if x >= 10 else 2
+    return min(6, 2 - math.floor(math.log10(x)))
 
 
 def io(
@@ -152,7 +153,7 @@ def io(
                 w = csv.DictWriter(fh, CSV_COLUMNS)
                 w.writeheader()
                 for r in dicts:
-                    w.writerow({**r, "repeats": " ".join(f"{x:.3f}" for x in r["repeats"])})
+                    w.writerow({**r, "repeats": " ".join(f"{x:.6g}" for x in r["repeats"])})
             _meta_path(out_csv).write_text(json.dumps(meta, indent=1) + "\n")
         except OSError as exc:  # changed since the check: still one line, exit 2
             raise InputError(f"--csv: cannot write {exc.filename or out_csv}: "
@@ -166,8 +167,8 @@ def io(
     for col in ("what", "MB", "seconds", "MB/s", "ratio to disk"):
         table.add_column(col, justify="left" if col == "what" else "right")
     for r in rows:
-        table.add_row(r.what, cell(r.mb, _mb_digits(r.mb)), cell(r.seconds, 3),
-                      cell(r.mb_s, _mb_digits(r.mb_s)), cell(r.ratio, 2))
+        table.add_row(r.what, cell(r.mb, _digits(r.mb)), cell(r.seconds, _digits(r.seconds)),
+                      cell(r.mb_s, _digits(r.mb_s)), cell(r.ratio, _digits(r.ratio)))
     console.out().print(table)
     la, lb = meta["loadavg_before"], meta["loadavg_after"]
     console.out().print(

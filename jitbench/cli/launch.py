@@ -130,10 +130,17 @@ def build_spec(command: list[str], faults: FaultOptions, job: ScriptOptions,
     if faults.kind != "none" and job.steps is None and faults.fault_step is None \
             and not scheduled and faults.fault_count is None:
         from jitbench.errors import unknown
-        from jitbench.faults import FAULTS
+        from jitbench.faults import FAULTS, FaultSpec
+        from jitbench.harness.script import unsupported_fault
 
         if faults.kind not in FAULTS:  # an unknown fault is named first
             raise InputError(unknown("fault", faults.kind, ["none", *sorted(FAULTS)]))
+        # then a kind no step would make injectable (a storage fault): asking for a
+        # step first sent the user round for nothing
+        why = unsupported_fault(FaultSpec(faults.kind, 0, 1, params=faults.params()))
+        if why is not None:
+            raise InputError(f"fault {faults.kind} cannot be injected into a launched "
+                             f"script: {why}")
         raise InputError("the script decides its own steps: give --fault-step (or --steps, "
                          "and the fault goes a third of the way in)")
     spec.faults = faults.plan(job.steps or UNKNOWN_STEPS, spec.world_size, job.seed)

@@ -138,12 +138,13 @@ def check_ckpt_dir(spec: RunSpec) -> None:
     Never modifies the directory. An absent one must be one the ranks can create:
     its nearest existing parent must take a new directory (one is made there and
     removed), so a path under a file or on a file system that takes none fails
-    before launch, not at the first save of every attempt. An existing one with
-    committed parts may be read-only (it may only be resumed from); one without
-    must take a new directory too (probed the same way), else there is nothing to
-    resume from and nowhere to save. One with committed parts must match the
-    spec's world size and :meth:`RunSpec.fingerprint` (the same workload, data,
-    batch, steps, seed).
+    before launch, not at the first save of every attempt. An existing one must take
+    a new directory too (probed the same way): without checkpoints there would be
+    nothing to resume from and nowhere to save; with some, the run could resume but
+    every save would fail, and the replay that follows would read as a broken
+    promise (a new-user trial: exit 4 on a read-only copy of a run's checkpoints).
+    One with committed parts must match the spec's world size and
+    :meth:`RunSpec.fingerprint` (the same workload, data, batch, steps, seed).
 
     Raises:
         SpecError: one line naming the first mismatch, or the OS error of making a
@@ -169,13 +170,17 @@ def check_ckpt_dir(spec: RunSpec) -> None:
         manifests = _manifests(d)
     except OSError as exc:
         raise SpecError(f"checkpoint directory {d} is unreadable: {exc.strerror}") from exc
-    if not manifests and d.exists():
+    if d.exists():
         try:
             os.rmdir(tempfile.mkdtemp(dir=d, prefix=".jitbench-probe-"))
         except OSError as exc:
-            raise SpecError(f"checkpoint directory {d} holds no checkpoint and takes no new "
-                            f"file ({exc.strerror or exc}): nothing to resume from and "
-                            "nowhere to save") from None
+            why = exc.strerror or exc
+            raise SpecError(
+                f"checkpoint directory {d} holds no checkpoint and takes no new file "
+                f"({why}): nothing to resume from and nowhere to save" if not manifests else
+                f"checkpoint directory {d} takes no new file ({why}): every save of the run "
+                "would fail (to resume from these checkpoints, copy them to a writable "
+                "directory)") from None
     for part, manifest in manifests:
         try:
             ckpt.check_owner(part, manifest, spec.world_size, spec.fingerprint())

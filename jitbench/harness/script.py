@@ -362,6 +362,15 @@ def losses(events: list[dict], rank: int = 0) -> dict[int, float]:
     return out
 
 
+NO_STEP = "not a training script: it ended without reaching an optimizer step"
+"""Error and end reason of a launch whose script ended without an optimizer step."""
+
+
+def stepped(events: list[dict]) -> bool:
+    """Whether any rank ended an optimizer step (a ``step`` end event) in ``events``."""
+    return any(e["event"] == "step" and e["phase"] == "end" for e in events)
+
+
 def final_step(events: list[dict]) -> int:
     """The step every rank's ``done`` names in the last attempt with ``done`` events
     (the script decides how many steps it runs; 0: none finished)."""
@@ -450,14 +459,14 @@ def summarize(spec: ScriptSpec, run_dir: Path, res: LaunchResult, ref: LaunchRes
     fired_ids = {f["id"] for f in summary["fired"]}
     summary["unfired"] = [f.id for f in spec.faults if f.id not in fired_ids]
     summary["unfired_faults"] = len(summary["unfired"])
-    if (summary["completed"] and err["error_kind"] is None and not final_step(evs)
-            and not res.interrupted and not res.timed_out):
-        # every rank ended, none after an optimizer step: nothing was trained or measured
-        # (README: not a training script is bad input, exit 2, like --first-step-s)
+    if (err["error_kind"] is None and res.returncode == 0 and not res.interrupted
+            and not res.timed_out and not stepped(evs)):
+        # the script ended, on every rank, without an optimizer step: nothing was trained
+        # or measured (README: not a training script is bad input, exit 2, as is one
+        # that reaches no step within --first-step-s)
         summary["completed"] = False
-        err = {"error": "the script ended without reaching an optimizer step",
-               "error_kind": "input", "error_tail": None}
-        summary["end_reason"] = f"not a training script: {err['error']}"
+        err = {"error": NO_STEP, "error_kind": "input", "error_tail": None}
+        summary["end_reason"] = NO_STEP
     else:
         summary["end_reason"] = end_reason(spec, m, res, err)
     summary["state_equal"] = summary["max_abs_diff"] = summary["sample_stream_equal"] = None
@@ -541,7 +550,8 @@ def run_script(spec: ScriptSpec, run_dir: Path, reference: bool = True, overwrit
         ref_dir = Path(reference_from).resolve()
         ref = LaunchResult(0, 0.0, False, ref_dir / "agent.log")
     elif (reference and not res.interrupted and not res.timed_out and not res.stopped
-          and res.returncode == 0):
+          and res.returncode == 0 and stepped(phases.read_events(run_dir))):
+        # (a script that never stepped is not a training script: nothing to compare)
         cbr = (lambda s: progress("reference", s)) if progress else None
         ref = execute(spec.without_faults(), run_dir / "reference", cbr, timeout_s)
     with held_signals(reraise=False) as got:

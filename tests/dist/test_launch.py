@@ -139,14 +139,16 @@ def test_script_that_ends_without_a_step_is_refused(tmp_path, fault):
     fault, exit 3 'never fired' with one)."""
     script = tmp_path / "nostep.py"
     script.write_text("import torch\nprint('no training here')\n")
-    p = _cli("launch", "--nproc", "2", "--no-reference", *fault, "--run-dir",
+    p = _cli("launch", "--nproc", "2", *fault, "--run-dir",
              str(tmp_path / "run"), "--timeout-s", "200", "--", str(script), cwd=tmp_path)
     assert p.returncode == 2, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
-    assert len(lines) == 1 and "ended without reaching an optimizer step" in lines[0]
+    assert len(lines) == 1 and ("not a training script: it ended without reaching an "
+                                "optimizer step") in lines[0]
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["error_kind"] == "input" and s["completed"] is False
     assert s["end_reason"].startswith("not a training script")
+    assert not (tmp_path / "run" / "reference").exists()  # nothing to compare: not run
 
 
 @pytest.mark.parametrize("args, message", [
@@ -157,8 +159,11 @@ def test_script_that_ends_without_a_step_is_refused(tmp_path, fault):
      "runs under --strategy own (its own recovery) or jit"),
     (["--fault", "corrupt", "--fault-step", "3", "--", str(EXAMPLES / "ddp_tutorial.py")],
      "is a storage fault"),
+    # without a step: the kind is refused first, not a step asked for it (a trial)
+    (["--fault", "eio", "--", str(EXAMPLES / "ddp_tutorial.py")], "is a storage fault"),
     (["--fault", "none"], "give the script to launch after --"),
-], ids=["missing", "unknown-flag", "no-step", "strategy", "storage", "no-script"])
+], ids=["missing", "unknown-flag", "no-step", "strategy", "storage", "storage-no-step",
+        "no-script"])
 def test_bad_input_is_one_line_exit_2(tmp_path, args, message):
     p = _cli("launch", "--run-dir", str(tmp_path / "run"), *args, cwd=tmp_path)
     assert p.returncode == 2, p.stderr

@@ -69,3 +69,18 @@ def test_script_row_beside_a_builtin_workload(tmp_path):
     assert "![Timelines: script:ddp_tutorial.py]" in md
     page = (sw / "report.html").read_text()
     assert "script:ddp_tutorial.py" in page and "gpt" in page
+
+
+def test_a_script_that_never_steps_stops_the_sweep_as_bad_input(tmp_path):
+    """A sweep's fault-free launch of a script that ends without an optimizer step says
+    it is not a training script, exit 2 (a new-user trial: exit 3 'did not complete',
+    with no error in its summary); no cell is run."""
+    script = tmp_path / "nostep.py"
+    script.write_text("import torch\n")
+    sw = tmp_path / "sweep"
+    p = _cli("sweep", "--script", str(script), "--strategies", "own", "--faults", "kill",
+             "--steps", "6", "--fault-step", "2", "--out", str(sw), cwd=tmp_path)
+    assert p.returncode == 2, p.stderr[-3000:]
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "script:nostep.py: not a training script" in lines[0]
+    assert not (sw / "runs").exists() or not any((sw / "runs").iterdir())

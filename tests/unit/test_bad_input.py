@@ -249,8 +249,8 @@ def test_checkpoint_directory_that_cannot_be_written(jb, tmp_path, where, needle
 def test_an_absent_checkpoint_directory_passes_and_nothing_is_made(jb, tmp_path):
     """An absent --ckpt-dir that can be made passes the check, which makes nothing
     (a --ckpt-dir inside the --run-dir it precedes, as a multi-node job shares one);
-    an existing one with checkpoints is not probed (a read-only one may be resumed
-    from); an existing one without, that takes no new file, is refused."""
+    an existing one that takes no new file is refused (with checkpoints too: every save
+    would fail)."""
     from jitbench.harness.run import check_ckpt_dir
     from jitbench.harness.spec import RunSpec
 
@@ -491,3 +491,33 @@ def test_a_launched_scripts_own_repeated_arguments_are_not_refused():
                                 "--lr", "2", "--steps", "1", "--steps", "2"]) is None
     assert cli.repeated_option(["launch", "--steps", "1", "--steps", "2", "--", "t.py"]) \
         == "--steps was given 2 times; it takes one value"
+
+
+def test_a_checkpoint_directory_that_takes_no_new_file_is_refused_with_checkpoints(
+        tmp_path, monkeypatch):
+    """An existing --ckpt-dir with committed checkpoints that takes no new file (a read-only
+    copy) is refused before launch: the run would resume, every save would fail, and the
+    replay after it read as a broken promise (a new-user trial: exit 4)."""
+    import tempfile as tf
+
+    from jitbench.harness import run as run_mod
+    from jitbench.harness.run import check_ckpt_dir
+    from jitbench.harness.spec import RunSpec, SpecError
+
+    d = tmp_path / "ck"
+    d.mkdir()
+    real = tf.mkdtemp
+
+    def refuse(*a, dir=None, **k):
+        if dir is not None and Path(dir) == d:
+            raise PermissionError(1, "Operation not permitted")
+        return real(*a, dir=dir, **k)
+
+    monkeypatch.setattr(run_mod.tempfile, "mkdtemp", refuse)
+    monkeypatch.setattr(run_mod, "_manifests", lambda path: [("part-of-step-3", {})])
+    with pytest.raises(SpecError, match=r"takes no new file \(Operation not permitted\): every "
+                                        r"save of the run would fail \(to resume from these"):
+        check_ckpt_dir(RunSpec(ckpt_dir=str(d)))
+    monkeypatch.setattr(run_mod, "_manifests", lambda path: [])
+    with pytest.raises(SpecError, match="holds no checkpoint and takes no new file"):
+        check_ckpt_dir(RunSpec(ckpt_dir=str(d)))

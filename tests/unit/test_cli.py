@@ -217,9 +217,11 @@ def test_strategy_help_comes_from_the_registry():
         assert r.exit_code == 0 and usage() in " ".join(r.output.split()), r.output
 
 
-@pytest.mark.parametrize("columns, width", [("90", 90), (None, 200), ("wide", 200)])
+@pytest.mark.parametrize("columns, width", [("90", 90), (None, 200), ("wide", 200),
+                                           ("0", 200), ("5", 40)])
 def test_piped_tables_take_columns_from_the_environment(monkeypatch, columns, width):
-    """Piped stdout (not a terminal): $COLUMNS where it is a number, else 200 columns."""
+    """Piped stdout (not a terminal): $COLUMNS where it is a whole number >= 1, at least
+    40 (COLUMNS=0 printed nothing at all, exit 0, in a new-user trial), else 200."""
     from jitbench.cli import console
 
     monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
@@ -240,7 +242,10 @@ def test_piped_tables_take_columns_from_the_environment(monkeypatch, columns, wi
     (["report", " "], "DIRECTORY is blank"),
     (["gate", "--baseline", "", "x"], "--baseline is blank"),
     (["run", "--data", "", "--steps", "2"], "--data is blank"),
-    (["launch", "--", ""], "the script after -- is blank"),
+    (["launch", "--", ""], "the script to launch is blank"),
+    (["launch", "--", "python", ""], "the script to launch is blank"),
+    (["launch", "--", "python3", "-m", " "], "the script to launch is blank"),
+    (["faults", ""], "a blank argument was given"),
     (["io", "--ckpt-dir", ""], "--ckpt-dir is blank"),
 ])
 def test_a_blank_value_is_refused_before_anything_is_read(jb, tmp_path, monkeypatch, args,
@@ -263,4 +268,9 @@ def test_a_launched_scripts_own_blank_argument_is_its_own(jb, tmp_path):
     from jitbench.cli import blank_value
 
     assert blank_value(["launch", "--", "train.py", "", "--name", ""]) is None
+    assert blank_value(["launch", "--", "python", "train.py", ""]) is None
+    assert blank_value(["launch", "--", "-m", "pkg.train", ""]) is None
     assert blank_value(["launch", "--run-dir", "", "--", "train.py"]) is not None
+    # sweep's own advice for a script without arguments beside others: not refused
+    assert blank_value(["sweep", "--out", "x", "--script", "a.py", "--script-args", "",
+                        "--script", "b.py", "--script-args", "--steps 3"]) is None

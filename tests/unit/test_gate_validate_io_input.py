@@ -468,8 +468,8 @@ def test_a_bad_cell_is_named_by_its_position_in_a_table_with_a_repeated_index(tm
 
 
 def test_io_table_gives_small_sizes_three_figures(jb, tmp_path, monkeypatch):
-    """A small state's size and a slow rate keep three significant figures in the table
-    (a new-user trial: 2.4 MB was shown as 2); large ones stay whole MB."""
+    """Sizes, times and rates keep three significant figures in the table (a new-user
+    trial: 2.4 MB was shown as 2, a 0.0031 s save as 0.003); large ones stay whole."""
     import io as stdio
 
     from rich.console import Console
@@ -482,11 +482,13 @@ def test_io_table_gives_small_sizes_three_figures(jb, tmp_path, monkeypatch):
     monkeypatch.setattr(iobench, "make_state", lambda size: {})
     monkeypatch.setattr(iobench, "run_io_bench", lambda d, *a, **k: [
         iobench.make_row("disk write", 2.4e6, [0.5]),
-        iobench.make_row("disk read", 1.5e9, [1.0])])
+        iobench.make_row("disk read", 1.5e9, [1.0]),
+        iobench.make_row("JIT save", 2.4e6, [0.0031234])])
     code, err = jb("io", "--size", "tiny", "--repeats", "1", "--replicas", "1",
                    "--run-dir", str(tmp_path))
     assert code == 0, err
     rows = {ln.split("│")[1].strip(): [c.strip() for c in ln.split("│")[2:5]]
             for ln in buf.getvalue().splitlines() if ln.startswith("│")}
     assert rows["disk write"] == ["2.40", "0.500", "4.80"]
-    assert rows["disk read"] == ["1500", "1.000", "1500"]
+    assert rows["disk read"] == ["1500", "1.00", "1500"]
+    assert rows["JIT save"] == ["2.40", "0.00312", "768"]
