@@ -141,9 +141,14 @@ def capture_rng_raw() -> tuple:
     # is_initialized implies is_available (1.5 µs warm, up to ~70 µs right after a
     # training step on a host without a GPU); its module flag, read first, spares the
     # call (5 µs from cold caches) in a process that never initialised CUDA
-    cuda = (torch.cuda.get_rng_state_all()
-            if (_CUDA_FLAGGED is False or torch.cuda._initialized) and torch.cuda.is_initialized()
-            else [])
+    if (_CUDA_FLAGGED is False or torch.cuda._initialized) and torch.cuda.is_initialized():
+        # what get_rng_state_all returns (each device's generator state, in device order)
+        # without its per-device lazy-init check and device parsing in Python
+        gens = getattr(torch.cuda, "default_generators", ())
+        cuda = ([g.get_state() for g in gens] if len(gens) == torch.cuda.device_count()
+                else torch.cuda.get_rng_state_all())
+    else:
+        cuda = []
     return py, npst, _torch_state(), cuda
 
 

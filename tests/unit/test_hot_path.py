@@ -236,3 +236,28 @@ def test_refresh_equals_take_and_copies_tensor_betas():
     assert "params" not in g and g["betas"][0] is not opt.param_groups[0]["betas"][0]
     opt.param_groups[0]["betas"][0].fill_(0.5)
     assert g["betas"][0].item() == pytest.approx(0.9)
+
+
+def test_cuda_streams_are_read_from_each_devices_generator(monkeypatch):
+    """With CUDA initialised the capture holds every device's generator state in device
+    order, read from torch.cuda.default_generators (what get_rng_state_all returns,
+    without its Python per device); where those do not match the device count it calls
+    get_rng_state_all. Simulated here: this machine has no GPU."""
+    from jitbench.runtime import rng as rng_mod
+
+    class Gen:
+        def __init__(self, i):
+            self.i = i
+
+        def get_state(self):
+            return torch.tensor([self.i], dtype=torch.uint8)
+
+    monkeypatch.setattr(torch.cuda, "_initialized", True, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "default_generators", (Gen(0), Gen(1)), raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    cuda = rng_mod.capture_rng_raw()[3]
+    assert [int(t[0]) for t in cuda] == [0, 1]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: ["all"])
+    assert rng_mod.capture_rng_raw()[3] == ["all"]
