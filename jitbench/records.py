@@ -193,6 +193,8 @@ def _flag_ok(v: Any) -> bool:
 
 def _faults_ok(v: Any) -> bool:
     """Whether a non-empty ``faults`` cell is ``kind@rank:step`` items joined by commas."""
+    if isinstance(v, str) and v.strip() in ("[]", "none"):  # no fault, as older tables say
+        return True
     return isinstance(v, str) and all(FAULT_ITEM.fullmatch(f.strip())
                                       for f in v.split(","))
 

@@ -6,7 +6,6 @@ The rich consoles are built on first use, so commands that print plain text
 
 from __future__ import annotations
 
-import os
 import sys
 from functools import cache
 from typing import TYPE_CHECKING
@@ -15,21 +14,12 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-MIN_COLUMNS = 40
-"""Narrowest table output: a smaller ``$COLUMNS`` is raised to this (rich prints
-nothing at width 0 and one character a line at 1)."""
-
-
 @cache
 def out() -> Console:
-    """The console for tables and results (stdout). Its width is ``$COLUMNS`` where
-    that is a whole number >= 1 (at least :data:`MIN_COLUMNS`), else the terminal's,
-    else 200 columns when stdout is not a terminal, so CI logs are not squeezed."""
+    """The console for tables and results (stdout; 200 columns when not a terminal,
+    so CI logs are not squeezed; a terminal's width, or rich's ``$COLUMNS``, otherwise)."""
     from rich.console import Console
 
-    cols = os.environ.get("COLUMNS", "").strip()
-    if cols.isdigit() and int(cols) >= 1:
-        return Console(width=max(int(cols), MIN_COLUMNS))
     return Console() if sys.stdout.isatty() else Console(width=200)
 
 

@@ -417,9 +417,11 @@ class ScriptHooks:
         state: dict = {}
         if self.ddp is not None:
             state["model"] = self.ddp.module.state_dict()
-        else:
+        elif self.optimizer is not None:
             self.warn("no_ddp", "the script built no DistributedDataParallel module: the final "
                       "state holds the optimizer only")
+        # neither: a script that never trained, which the launch names (not a training
+        # script); a warning about a final state would only add noise
         if self.optimizer is not None:
             state["optimizer"] = self.optimizer.state_dict()
         if self.jit is not None and self.jit.registered:  # what JIT saves besides

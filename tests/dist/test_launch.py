@@ -149,6 +149,7 @@ def test_script_that_ends_without_a_step_is_refused(tmp_path, fault):
     assert s["error_kind"] == "input" and s["completed"] is False
     assert s["end_reason"].startswith("not a training script")
     assert not (tmp_path / "run" / "reference").exists()  # nothing to compare: not run
+    assert "holds the optimizer only" not in p.stderr  # no optimizer either: no such warning
 
 
 @pytest.mark.parametrize("args, message", [

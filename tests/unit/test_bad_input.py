@@ -67,9 +67,9 @@ def test_nccl_backend_is_refused_without_enough_cuda_devices(jb, tmp_path, cmd):
     (["--strategies", "periodic:2", "--", "SCRIPT"], "own (jitbench's hooks) and jit "
      "(transparent JIT), got 'periodic:2'"),
     (["--", "-m"], "-m needs a module"),
-    (["--strategies", ""], "--strategies is empty"),
+    (["--strategies", ""], "--strategies is blank"),
     (["--strategies", " , "], "--strategies is empty"),
-    (["--strategies", "", "--", "SCRIPT"], "--strategies is empty"),
+    (["--strategies", "", "--", "SCRIPT"], "--strategies is blank"),
 ])
 def test_overhead_of_a_script_bad_input(jb, tmp_path, args, needle):
     script = tmp_path / "train.py"

@@ -217,26 +217,6 @@ def test_strategy_help_comes_from_the_registry():
         assert r.exit_code == 0 and usage() in " ".join(r.output.split()), r.output
 
 
-@pytest.mark.parametrize("columns, width", [("90", 90), (None, 200), ("wide", 200),
-                                           ("0", 200), ("5", 40)])
-def test_piped_tables_take_columns_from_the_environment(monkeypatch, columns, width):
-    """Piped stdout (not a terminal): $COLUMNS where it is a whole number >= 1, at least
-    40 (COLUMNS=0 printed nothing at all, exit 0, in a new-user trial), else 200."""
-    from jitbench.cli import console
-
-    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
-    if columns is None:
-        monkeypatch.delenv("COLUMNS", raising=False)
-    else:
-        monkeypatch.setenv("COLUMNS", columns)
-    monkeypatch.setattr("sys.stdout.isatty", lambda: False, raising=False)
-    console.out.cache_clear()
-    try:
-        assert console.out().width == width
-    finally:
-        console.out.cache_clear()
-
-
 @pytest.mark.parametrize("args, says", [
     (["validate", ""], "RESULTS is blank"),
     (["report", " "], "DIRECTORY is blank"),
