@@ -21,9 +21,9 @@ microseconds (µs):
   inside it, torch's CPU stream (python's and numpy's unmoved-stream checks are
   written out in the capture, not calls, since run 5), and ``the rest`` (the
   buffers' copy, the optimizer hyper-parameters, the LR scheduler, the CUDA
-  events' record: written out in ``refresh``, per step its time less the RNG
-  capture's); a tree whose ``refresh`` calls each part as a method gets a timer
-  around each: the split of ``rt_s`` by component;
+  events' record: written out in ``take``, per step the snapshot's time less the
+  RNG capture's); a tree that copies each part in a method gets a timer around
+  each: the split of ``rt_s`` by component;
 - ``again right after``: the same parts timed once more at the same boundary,
   right after the step (the same calls the runtime makes, repeated outside the
   step), when the caches hold their code and data: ``Boundary.refresh`` and
@@ -219,8 +219,9 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
                                                        torch.get_rng_state)))
         if bufs:
             p["  buffers copy "].append(_once(lambda: torch._foreach_copy_(bufs, live)))
-        p["  optimizer hyper-parameters "].append(_once(b._hyper_params))
-        p["  LR scheduler "].append(_once(b._scheduler_state))
+        if hasattr(b, "_hyper_params"):  # a tree that copies them in methods of their own
+            p["  optimizer hyper-parameters "].append(_once(b._hyper_params))
+            p["  LR scheduler "].append(_once(b._scheduler_state))
         p["  data position (at a save, not per step)"].append(_once(lambda s=step: copy_small(wl.data_state(s))))
         p["EventLog.emit (step end)"].append(_once(lambda s=step: scratch_log.emit(
             "step", "end", step=s, dur_s=0.1, rt_s=1e-5, loss=1.0)))
@@ -240,8 +241,8 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
     os.close(scratch)
     rts = [e["rt_s"] for e in read_events(tmp) if e["event"] == "step"
            and e["phase"] == "end" and e["step"] > warmup]
-    # a refresh written out in one method (the runtime's since run 5) calls no part
-    # but the RNG capture: the rest of it is its time less the capture's, per step
+    # a take() that copies buffers, hyper-parameters and scheduler itself (the runtime's
+    # since run 5): the rest of it is its time less the RNG capture's, per step
     whole_refresh, rng_part = situ["in the step end: Boundary.refresh"], situ["  rng capture"]
     if not situ["  optimizer hyper-parameters"] and len(whole_refresh) == len(rng_part):
         situ["  the rest (buffers, hyper-parameters, scheduler, ...)"] = [

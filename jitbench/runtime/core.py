@@ -426,9 +426,7 @@ class Runtime:
             if self.strategy.snapshot_each_step:
                 self.boundary.refresh(step)
             self._completed = step
-            hang = self.watchdog.hang  # HangBound.record, written out (a call costs µs)
-            hang.step_times.append(dur)
-            hang.warming = False
+            self.watchdog.hang.record(dur)
             self._phase = "boundary"
             self._phase_since = now = time.monotonic()
         finally:

@@ -33,9 +33,9 @@ def _numpy_state() -> dict:
     ``get_state`` costs 40-50 µs (it builds a dict and a 624-word array), most
     of the runtime's per-step cost, while a training step rarely draws from
     numpy. So the capture compares the stream's raw MT19937 state (2,500 bytes
-    read in place at ``bit_generator.ctypes.state_address``, under 1 µs, as 625
-    words: :func:`_view`) with a copy of it taken at the last full capture and returns that capture again when
-    they are equal and it held no cached Gaussian (``has_gauss`` 0: an unmoved
+    read in place at ``bit_generator.ctypes.state_address`` as 625 words,
+    :func:`_view`) with a copy of it taken at the last full capture and returns
+    that capture again when they are equal and it held no cached Gaussian (``has_gauss`` 0: an unmoved
     key and position then mean that nothing was drawn, so ``has_gauss`` and
     ``gauss`` are unchanged too). Otherwise it calls ``get_state``. The dict
     returned may be shared between captures: treat it as read-only.
@@ -77,8 +77,9 @@ _PY_OFFSET = 16
 ``int index; uint32_t state[624]`` (Modules/_randommodule.c), 2,500 bytes."""
 
 _py_seen: tuple = (None, None, None, None)
-"""python's global generator, a view of its raw state (None: the layout differs), the
-raw bytes at the last full capture and that capture (:func:`_python_state`)."""
+"""python's global generator, a view of its raw state (:func:`_view`; None: the layout
+differs), a copy of it at the last full capture (:func:`_copy`) and that capture
+(:func:`_python_state`)."""
 
 
 def _python_state() -> tuple:
@@ -87,8 +88,8 @@ def _python_state() -> tuple:
     ``getstate`` builds a tuple of 625 ints (8 µs, up to 30 µs right after a
     training step); the stream rarely moves in a step. So, as for numpy, the
     raw Mersenne-Twister state is compared in place (read at the object's
-    address past ``PyObject_HEAD``, under 1 µs) with the bytes
-    of the last full capture, together with ``gauss_next``, and that capture
+    address past ``PyObject_HEAD``, :func:`_view`) with a copy of it taken at the
+    last full capture, together with ``gauss_next``, and that capture
     is returned again when both are unchanged (the tuple is immutable). The
     layout is checked once against ``getstate``: where it differs (another
     interpreter or build) every capture calls ``getstate``.

@@ -187,8 +187,8 @@ class Boundary:
         self.sharded = False
         """The model's parameters are DTensors (FSDP2/HSDP): checkpoints hold this rank's
         local shards (:mod:`jitbench.runtime.sharded`)."""
-        self._live_buffers: list | None = None  # (name, tensor), cached by take() without into
-        self._buffer_pairs: tuple | None = None  # refresh(): (snapshot buffers, dst, src)
+        self._live_buffers: list | None = None  # (name, tensor), cached by _clone_buffers()
+        self._buffer_pairs: tuple | None = None  # take(): (snapshot buffers, dst, src)
         self._sched_cls: type | None = None
         """The scheduler's class when its snapshot is a copy of its fields
         (:func:`fields_scheduler`), None when it is a copy of its ``state_dict``."""
@@ -226,139 +226,79 @@ class Boundary:
         The RNG streams are kept raw (converted when a checkpoint is written)
         unless ``rng`` (a checkpoint's) is given. ``into``: the previous
         snapshot, whose buffer tensors are overwritten in place with one
-        ``torch._foreach_copy_`` (the per-step hot path of strategies with
-        ``snapshot_each_step`` is :meth:`refresh`, the same work written out). The
-        small values are copied with :func:`copy_small`, the hyper-parameters by
-        :meth:`_hyper_params` and the scheduler by :meth:`_scheduler_state`. The buffer list is cached by a call without ``into``:
+        ``torch._foreach_copy_`` (the per-step hot path of strategies with ``snapshot_each_step``,
+        :meth:`refresh`). The buffer list is cached by a call without ``into``:
         buffers must be updated in place, as BatchNorm's are; a script that
         replaces a buffer tensor registers again.
+
+        The buffers, the hyper-parameters and the scheduler are copied here, not in
+        methods of their own: each Python call made right after a training step costs several
+        µs from cold caches (``benchmarks/runtime-step-cost.txt``, run 5). An
+        optimizer group whose values are immutable (numbers, strings, tuples such as
+        Adam's ``betas``) is copied with one ``dict.copy`` and type checks in C (a
+        tuple is shared: a scheduler that moves ``betas`` assigns a new one); other
+        values (a tensor ``lr``, as ``capturable`` optimizers take; a list) are
+        copied with :func:`copy_small`. The scheduler is a copy of its fields where
+        :func:`fields_scheduler` allows it (a :class:`_SchedulerFields`, turned into
+        its ``state_dict`` by :meth:`assemble`), else a copy of its ``state_dict``.
         """
         r = self.reg
-        snap = {
-            "rng": rng if rng is not None else capture_rng_raw(),
-            "buffers": self._buffers(into),
-            "param_groups": self._hyper_params(),
-            "scheduler": self._scheduler_state(),
-            "scaler": copy_small(r.scaler.state_dict()) if r.scaler is not None else None,
-            "data": LAZY if r.data_state else {},  # data_state(step) when assembled
-            "extra": copy_small(r.extra_state()) if r.extra_state else {},
-            "step": step,
-        }
-        self.device_events.mark()  # CUDA: the work queued so far is this boundary's state
-        return snap
-
-    # The parts of take(), methods so that benchmarks/runtime_step_cost.py can time
-    # each where it runs (at the step end, after the step's work), not only again
-    # right after it, when the caches hold their code and data.
-    def _buffers(self, into: dict | None) -> dict:
-        """The model's buffers: copied in place into ``into``'s (one
-        ``torch._foreach_copy_``) when the buffer list is unchanged, else cloned."""
+        rng = rng if rng is not None else capture_rng_raw()
         live = self._live_buffers
         if into is not None and live is not None and len(into["buffers"]) == len(live):
-            buffers = into["buffers"]
+            buffers = into["buffers"]  # the buffer list is unchanged: copied in place
             if live:
-                dst, src = list(buffers.values()), [b for _, b in live]
+                pairs = self._buffer_pairs
+                if pairs is None or pairs[0] is not buffers:
+                    pairs = self._buffer_pairs = (buffers, list(buffers.values()),
+                                                  [b for _, b in live])
                 try:
-                    torch._foreach_copy_(dst, src)
+                    torch._foreach_copy_(pairs[1], pairs[2])
                 except (AttributeError, RuntimeError):  # no foreach kernel: one copy each
-                    for d, b in zip(dst, src, strict=True):
+                    for d, b in zip(pairs[1], pairs[2], strict=True):
                         d.copy_(b)
-            return buffers
-        m = self.reg.model
-        self._live_buffers = [(n, b.detach()) for n, b in m.named_buffers()] if m else []
-        return {n: b.clone() for n, b in self._live_buffers}
-
-    def _hyper_params(self) -> list[dict] | None:
-        """The optimizer's param groups without ``params`` (copies), None without one.
-
-        A group whose values are immutable (numbers, strings, tuples such as Adam's
-        ``betas``) is copied with one ``dict.copy`` and one type check, both in C
-        (a tuple is shared: a scheduler that moves ``betas`` assigns a new one);
-        a group with anything else (a tensor ``lr``, as ``capturable`` optimizers
-        take; a list) has those values copied with :func:`copy_small`.
-        """
-        if self.reg.optimizer is None:
-            return None
-        groups = []
-        for g in self.reg.optimizer.param_groups:
-            d = g.copy()
-            d.pop("params", None)
-            vals = d.values()
-            # both checks run in C (map, filter, chain): no Python loop per step
-            if not (_FLAT.issuperset(map(type, vals)) and _ATOMS.issuperset(
-                    map(type, chain.from_iterable(filter(_IS_TUPLE, vals))))):
-                for k, v in d.items():  # a tensor lr, a list, a tuple holding a tensor
-                    if type(v) not in _ATOMS:
-                        d[k] = copy_small(v)
-            groups.append(d)
-        return groups
-
-    def _scheduler_state(self) -> dict | None:
-        """The LR scheduler's boundary state, None without one: a copy of its fields
-        where :func:`fields_scheduler` allows it (a :class:`_SchedulerFields`, turned
-        into the ``state_dict`` by :meth:`assemble`), else a copy of its ``state_dict``."""
-        sched = self.reg.scheduler
-        if sched is None:
-            return None
-        if self._sched_cls is not None:
-            return _SchedulerFields(sched.__dict__)
-        return copy_small(sched.state_dict())
-
-    def refresh(self, step: int) -> None:
-        """Bring :attr:`snapshot` to the boundary after ``step``, buffers copied in place.
-
-        The per-step hot path of strategies with ``snapshot_each_step``: what
-        :meth:`take` does with ``into``, its parts written out in this one method
-        (each Python call made right after a training step costs several µs from
-        cold caches: on the development VM this body costs about half of
-        ``take``'s calls to its parts, ``benchmarks/runtime-step-cost.txt``, run 5).
-        Falls back to :meth:`take` before the first snapshot, after the buffer list
-        changed and without an optimizer.
-        """
-        into = self.snapshot
-        live = self._live_buffers
-        r = self.reg
-        opt = r.optimizer
-        if into is None or live is None or opt is None or len(into["buffers"]) != len(live):
-            self.snapshot = self.take(step, into=into)
-            return
-        rng = capture_rng_raw()
-        buffers = into["buffers"]
-        if live:
-            pairs = self._buffer_pairs
-            if pairs is None or pairs[0] is not buffers:
-                pairs = self._buffer_pairs = (buffers, list(buffers.values()),
-                                              [b for _, b in live])
-            try:
-                torch._foreach_copy_(pairs[1], pairs[2])
-            except (AttributeError, RuntimeError):  # no foreach kernel: one copy each
-                for d, b in zip(pairs[1], pairs[2], strict=True):
-                    d.copy_(b)
-        groups = []
-        for g in opt.param_groups:  # as _hyper_params
-            d = g.copy()
-            d.pop("params", None)
-            vals = d.values()
-            if not (_FLAT.issuperset(map(type, vals)) and _ATOMS.issuperset(
-                    map(type, chain.from_iterable(filter(_IS_TUPLE, vals))))):
-                for k, v in d.items():
-                    if type(v) not in _ATOMS:
-                        d[k] = copy_small(v)
-            groups.append(d)
+        else:
+            buffers = self._clone_buffers()
+        groups = None
+        if r.optimizer is not None:
+            groups = []
+            for g in r.optimizer.param_groups:
+                d = g.copy()
+                d.pop("params", None)
+                vals = d.values()
+                if not (_FLAT.issuperset(map(type, vals)) and _ATOMS.issuperset(
+                        map(type, chain.from_iterable(filter(_IS_TUPLE, vals))))):
+                    for k, v in d.items():  # a tensor lr, a list, a tuple holding a tensor
+                        if type(v) not in _ATOMS:
+                            d[k] = copy_small(v)
+                groups.append(d)
         sched = r.scheduler
-        self.snapshot = {
+        snap = {
             "rng": rng,
             "buffers": buffers,
             "param_groups": groups,
             "scheduler": (None if sched is None else _SchedulerFields(sched.__dict__)
                           if self._sched_cls is not None else copy_small(sched.state_dict())),
             "scaler": copy_small(r.scaler.state_dict()) if r.scaler is not None else None,
-            "data": LAZY if r.data_state else {},
+            "data": LAZY if r.data_state else {},  # data_state(step) when assembled
             "extra": copy_small(r.extra_state()) if r.extra_state else {},
             "step": step,
         }
-        if self.device_events.events:
+        if self.device_events.events:  # CUDA: the work queued so far is this boundary's state
             self.device_events.mark()
+        return snap
+
+    def _clone_buffers(self) -> dict:
+        """Clones of the model's buffers, their list cached for the in-place copies of
+        later snapshots (:meth:`take` with ``into``)."""
+        m = self.reg.model
+        self._live_buffers = [(n, b.detach()) for n, b in m.named_buffers()] if m else []
+        return {n: b.clone() for n, b in self._live_buffers}
+
+    def refresh(self, step: int) -> None:
+        """Bring :attr:`snapshot` to the boundary after ``step``, buffers copied in place
+        (the per-step hot path of strategies with ``snapshot_each_step``)."""
+        self.snapshot = self.take(step, into=self.snapshot)
 
     def assemble(self, step: int, snapshot: dict, local: bool = True) -> dict:
         """The complete checkpoint state at the boundary after ``step``: live
