@@ -241,3 +241,22 @@ def one_line(err: str) -> str:
     lines = [x for x in err.strip().splitlines() if x.strip()]
     assert len(lines) == 1, err
     return lines[0]
+
+
+def assert_hang_detected(summary: dict, run_dir: Path) -> None:
+    """A hang was detected by a watchdog: the first ``failure`` of the attempt the
+    fault fired in, on any rank, has trigger ``hang``, and the survivors' view (the
+    summary's ``trigger``) is that hang, or the closed connection of the hung rank
+    when its own watchdog fired first and it left (a race on gloo: both ranks'
+    bounds run from their own step begin)."""
+    from jitbench.runtime.events import read_events
+
+    evs = read_events(run_dir / "events")
+    fault = next(e for e in evs if e["event"] == "fault")
+    fails = [e for e in evs if e["event"] == "failure" and e["attempt"] == fault["attempt"]]
+    assert fails, "no rank failed"
+    first = min(fails, key=lambda e: e["t_mono"])
+    assert first["trigger"] == "hang", first
+    assert summary["trigger"] in ("hang", "collective_error"), summary["trigger"]
+    if summary["trigger"] == "collective_error":
+        assert first["rank"] == fault["rank"], first  # the hung rank's watchdog, then it left

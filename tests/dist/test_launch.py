@@ -19,6 +19,7 @@ from jitbench.faults import FaultSpec
 from jitbench.harness import metrics
 from jitbench.harness.launch import run_processes
 from jitbench.harness.script import ScriptSpec, run_script
+from tests.conftest import assert_hang_detected
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -73,7 +74,10 @@ def test_example_recovers_by_itself(tmp_path, references, example, kind):
     # measured from the events: detection, restart, the script's own restore, recovery
     for k in ("detect_s", "restart_s", "restore_s", "recovery_s"):
         assert s[k] is not None and s[k] > 0, k
-    assert s["trigger"] in (("hang",) if kind == "nccl-hang" else ("collective_error", "sigterm"))
+    if kind == "nccl-hang":
+        assert_hang_detected(s, out.run_dir)
+    else:
+        assert s["trigger"] in ("collective_error", "sigterm")
     f = s["failures"][0]
     assert f["completed_before"] == step - 1
     assert f["restored_step"] == restored

@@ -16,7 +16,7 @@ from jitbench.harness import campaign, metrics
 from jitbench.harness.launch import run_processes
 from jitbench.harness.run import run as run_spec
 from jitbench.runtime.events import read_events
-from tests.conftest import small_spec
+from tests.conftest import assert_hang_detected, small_spec
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -60,7 +60,10 @@ def test_jit_recovers_bitwise(tmp_path, references, kind, step):
                                             "step"]
     f = s["failures"][0]
     assert f["restored_step"] == step - 1
-    assert s["trigger"] == ("hang" if kind == "nccl-hang" else f["trigger"])
+    if kind == "nccl-hang":
+        assert_hang_detected(s, run_dir)
+    else:
+        assert s["trigger"] == f["trigger"]
     # every phase was measured and adds up inside the recovery time
     for k in ("detect_s", "save_s", "restart_s", "restore_s", "recovery_s"):
         assert s[k] is not None and s[k] >= 0, k
@@ -69,11 +72,11 @@ def test_jit_recovers_bitwise(tmp_path, references, kind, step):
 
 
 def test_hang_detected_in_seconds_not_backend_timeout(tmp_path, references):
-    s, _ = _run(tmp_path, references, "nccl-hang", 6)
+    s, run_dir = _run(tmp_path, references, "nccl-hang", 6)
     spec = small_spec(STEPS)
     # measured step times are tens of ms, so the bound is the floor (1.5 s);
     # the process-group timeout is 300 s
-    assert s["trigger"] == "hang"
+    assert_hang_detected(s, run_dir)
     assert s["detect_s"] < spec.hang_floor_s + 2.0
     assert s["detect_s"] < spec.pg_timeout_s / 10
 
