@@ -141,9 +141,12 @@ LABEL_COLUMNS = ("workload", "strategy", "fault")
 INTEGER_UNITS = ("steps", "ranks", "rank-steps")
 """Units of :data:`SCHEMA` columns that count whole things (steps, ranks)."""
 INTEGER_COLUMNS = ("num_failures", "injected_failures", "own_failures", "attempts",
-                   "checkpoint_saves", "unfired_faults", "repeat", "seed")
-"""Unit-less :data:`SCHEMA` columns that hold whole numbers (``seed``: in [0, 2**32),
-numpy's seed range, as ``RunSpec.validate`` has it)."""
+                   "checkpoint_saves", "unfired_faults", "repeat", "seed", "final_step",
+                   "checkpoint_interval")
+"""Unit-less columns that hold whole numbers >= 0: of :data:`SCHEMA`, and two of the
+summary's that records and results tables carry beside it (``final_step``, read by
+:func:`verdict`; ``checkpoint_interval``, periodic strategies' N). ``seed``: in
+[0, 2**32), numpy's seed range, as ``RunSpec.validate`` has it."""
 SEED_END = 2**32
 FAULT_ITEM = re.compile(r"[a-z0-9][a-z0-9-]*@\d+:\d+")
 """One fault of a ``faults`` cell: ``kind@rank:step`` (:func:`fault_kinds`)."""

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from jitbench.cli.options import JsonSummary
+from jitbench.cli.options import JsonSummary, csv_list
 from jitbench.errors import InputError
 
 LLAMA3_MTBF_HOURS_PER_GPU = 16_384 * 54 * 24 / 419
@@ -19,10 +19,12 @@ def parse_gpus(text: str, flag: str = "--gpus") -> list[int]:
     """``"8,64"`` -> ``[8, 64]``.
 
     Raises:
-        InputError: not comma-separated integers (named as ``flag``).
+        InputError: not comma-separated integers, or an empty item (named as
+            ``flag``).
     """
+    items = csv_list(text, flag)
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        return [int(x) for x in items]
     except ValueError:
         raise InputError(f"{flag}: expected comma-separated integers, got {text!r}") from None
 

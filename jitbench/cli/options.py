@@ -86,9 +86,21 @@ def parse_nnodes(text: str | int) -> tuple[int, int]:
     return lo, hi
 
 
-def csv_list(text: str) -> list[str]:
-    """``"a, b,,c"`` -> ``["a", "b", "c"]``."""
-    return [t.strip() for t in text.split(",") if t.strip()]
+def csv_list(text: str, option: str = "") -> list[str]:
+    """``"a, b, c"`` -> ``["a", "b", "c"]``; ``""`` or ``" , "`` -> ``[]`` (the
+    caller names an empty list).
+
+    Raises:
+        SpecError: an empty item (``"jit,,none"``, a trailing comma): a value typed
+            wrong, not one to drop silently; ``option`` names the flag in the line.
+    """
+    items = [t.strip() for t in text.split(",")]
+    if not any(items):
+        return []
+    if "" in items:
+        where = f"{option}: " if option else ""
+        raise SpecError(f"{where}empty item in {text!r} (comma-separated, no empty entries)")
+    return items
 
 
 def check_sizes(sizes: dict[str, str]) -> None:

@@ -362,9 +362,14 @@ def show_summary(summary: dict, run_dir: Path, as_json: bool) -> None:
     """Print a finished run's summary on stdout: the JSON, or the metrics table, then
     one line per recovery decision (``summary["decisions"]``: a resume, a skipped
     checkpoint part, a restore further back than promised, a fallback, no checkpoint
-    needed) and the run directory."""
+    needed) and the run directory. A run in which no step completed measured
+    nothing: no table, only the run directory (the error line says why)."""
     if as_json:
         print(json.dumps(summary, default=str))
+        return
+    if summary.get("final_step") == 0 and not summary.get("completed"):
+        console.out().print(f"run directory: {run_dir} (no step completed: nothing "
+                            "measured)", markup=False, highlight=False)
         return
     from jitbench.reports.table import summary_table
 

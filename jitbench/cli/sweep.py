@@ -52,7 +52,7 @@ def parse_sizes(text: str | None) -> dict[str, str]:
     if not text:
         return {}
     sizes = {}
-    for item in csv_list(text):
+    for item in csv_list(text, "--sizes"):
         if "=" not in item:
             raise SpecError(f"--sizes takes workload=size pairs (gpt=tiny,resnet=resnet18), "
                             f"got {item!r}")
@@ -143,8 +143,9 @@ def sweep(
     from jitbench.harness.sweep import SweepConfig, run_sweep
     size_map = parse_sizes(sizes)
     check_sizes(size_map)
+    seed_items = csv_list(seeds, "--seeds")
     try:
-        seed_list = [int(s) for s in csv_list(seeds)]
+        seed_list = [int(s) for s in seed_items]
     except ValueError:
         raise SpecError(f"--seeds takes comma-separated integers, got {seeds!r}") from None
     script_list = parse_scripts(scripts, script_args)
@@ -152,10 +153,11 @@ def sweep(
         workloads = "" if script_list else DEFAULT_WORKLOADS
     if strategies is None:
         strategies = (DEFAULT_STRATEGIES if not script_list else
-                      "jit" if csv_list(workloads) else SCRIPT_STRATEGIES)
-    cfg = SweepConfig(workloads=csv_list(workloads), scripts=script_list,
-                      strategies=csv_list(strategies),
-                      faults=csv_list(faults), seeds=seed_list, repeats=repeats, steps=steps,
+                      "jit" if csv_list(workloads, "--workloads") else SCRIPT_STRATEGIES)
+    cfg = SweepConfig(workloads=csv_list(workloads, "--workloads"), scripts=script_list,
+                      strategies=csv_list(strategies, "--strategies"),
+                      faults=csv_list(faults, "--faults"), seeds=seed_list, repeats=repeats,
+                      steps=steps,
                       fault_step=fault_step, fault_rank=fault_rank, nproc=nproc,
                       backend=backend, batch_size=batch_size, sizes=size_map,
                       mtbf_s=parse_duration_s(mtbf), fault_mtbf_steps=fault_mtbf_steps,

@@ -154,6 +154,9 @@ def test_script_that_ends_without_a_step_is_refused(tmp_path, fault):
     assert s["end_reason"].startswith("not a training script")
     assert not (tmp_path / "run" / "reference").exists()  # nothing to compare: not run
     assert "holds the optimizer only" not in p.stderr  # no optimizer either: no such warning
+    # nothing was measured: no table of empty metrics (a new-user trial of 2026-12-05)
+    assert p.stdout.strip().splitlines() == [
+        f"run directory: {tmp_path / 'run'} (no step completed: nothing measured)"]
 
 
 @pytest.mark.parametrize("args, message", [

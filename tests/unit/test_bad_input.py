@@ -521,3 +521,22 @@ def test_a_checkpoint_directory_that_takes_no_new_file_is_refused_with_checkpoin
     monkeypatch.setattr(run_mod, "_manifests", lambda path: [])
     with pytest.raises(SpecError, match="holds no checkpoint and takes no new file"):
         check_ckpt_dir(RunSpec(ckpt_dir=str(d)))
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("sweep", "--strategies", "jit,,none"), "--strategies: empty item in 'jit,,none'"),
+    (("sweep", "--faults", "kill,"), "--faults: empty item in 'kill,'"),
+    (("sweep", "--seeds", "1,,2"), "--seeds: empty item in '1,,2'"),
+    (("sweep", "--workloads", ",gpt"), "--workloads: empty item in ',gpt'"),
+    (("sweep", "--sizes", "gpt=tiny,"), "--sizes: empty item in 'gpt=tiny,'"),
+    (("overhead", "--strategies", "none,,jit"), "--strategies: empty item in 'none,,jit'"),
+    (("model", "--gpus", "8,,64"), "--gpus: empty item in '8,,64'"),
+    (("io", "--replicas", "1,,2"), "--replicas: expected comma-separated integers"),
+])
+def test_an_empty_item_in_a_comma_list_is_refused(jb, tmp_path, monkeypatch, args, needle):
+    """New-user pass of 2026-12-05: ``--strategies "jit,,none"`` silently ran two
+    strategies; a doubled or trailing comma is a typo to name, not an item to drop."""
+    monkeypatch.chdir(tmp_path)
+    code, err = jb(*args)
+    assert code == 2 and needle in one_line(err), err
+    assert list(tmp_path.iterdir()) == []  # nothing launched, nothing written

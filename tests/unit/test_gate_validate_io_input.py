@@ -304,6 +304,9 @@ def test_validate_names_a_strategy_the_model_does_not_cover(jb, tmp_path):
     ("faults", "garbage", "faults is 'garbage'; it must be empty or faults as "
                           "kind@rank:step joined by commas"),
     ("repeat", "x", "repeat is 'x'"),
+    # a new-user trial of 2026-12-05: the summary's columns beside the schema's
+    ("final_step", "abc", "final_step is 'abc'; it must be empty or a whole number >= 0"),
+    ("checkpoint_interval", 2.5, "checkpoint_interval is 2.5"),
     ("recovery_s", "abc", "recovery_s is 'abc'"),
     ("unfired_faults", "abc", "unfired_faults is 'abc'"),
     ("state_equal", "maybe", "state_equal is 'maybe'; a flag must be empty, true or false"),
