@@ -79,8 +79,8 @@ def overhead(
     script = command is not None and len(command) > 0
     if strategies is None:
         strategies = "none,own,jit" if script else "none,jit,periodic:10,periodic-async:10"
-    cfg = OverheadConfig(strategies=csv_list(strategies, "--strategies"), segment_steps=segment_steps,
-                         repeats=repeats, warmup_steps=warmup_steps,
+    cfg = OverheadConfig(strategies=csv_list(strategies, "--strategies"),
+                         segment_steps=segment_steps, repeats=repeats, warmup_steps=warmup_steps,
                          segment_warmup=segment_warmup, seed=order_seed, script=script)
     base: RunSpec | ScriptSpec
     if script:

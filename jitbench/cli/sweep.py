@@ -157,8 +157,7 @@ def sweep(
     cfg = SweepConfig(workloads=csv_list(workloads, "--workloads"), scripts=script_list,
                       strategies=csv_list(strategies, "--strategies"),
                       faults=csv_list(faults, "--faults"), seeds=seed_list, repeats=repeats,
-                      steps=steps,
-                      fault_step=fault_step, fault_rank=fault_rank, nproc=nproc,
+                      steps=steps, fault_step=fault_step, fault_rank=fault_rank, nproc=nproc,
                       backend=backend, batch_size=batch_size, sizes=size_map,
                       mtbf_s=parse_duration_s(mtbf), fault_mtbf_steps=fault_mtbf_steps,
                       fault_count=fault_count)
