@@ -309,6 +309,8 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
     if not resume:
         prepare_dir(sweep_dir, overwrite, flag="--out", what="sweep directory",
                     marker="sweep.json")
+    elif (sweep_dir / "sweep.json").exists():
+        check_resume(cfg, sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     if not (sweep_dir / "sweep.json").exists():
         # the marker first: an interrupted sweep's directory is a sweep directory too
@@ -373,6 +375,90 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
          "machine": machine_fingerprint(),
          "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2))
     return SweepResult(table, sweep_dir, wall_s)
+
+
+RESUME_FREE = ("timeout_s",)
+"""Config fields a ``--resume`` may change: they bound a launch, not what it records."""
+
+
+def check_resume(cfg: SweepConfig, sweep_dir: Path) -> None:
+    """Refuse to resume ``sweep_dir`` with a matrix or settings other than those its
+    ``sweep.json`` records (``config``), and a results table there with a row of a
+    cell that ``cfg`` does not run: the resumed sweep would record another
+    experiment under the same name, and its table would drop the rows of the cells
+    it no longer has. A field missing from an older ``sweep.json`` is compared with
+    its default; :data:`RESUME_FREE` fields may differ.
+
+    Args:
+        cfg: the requested matrix.
+        sweep_dir: a directory holding ``sweep.json``.
+
+    Raises:
+        SpecError: (exit 2, one line) an unreadable or malformed ``sweep.json``, one
+            without ``config``, a field that differs (each named, recorded -> requested),
+            or a recorded row outside the matrix.
+    """
+    import dataclasses
+
+    path = sweep_dir / "sweep.json"
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise SpecError(f"--resume: cannot read {path} ({type(e).__name__}: {e})") from None
+    config = recorded.get("config") if isinstance(recorded, dict) else None
+    if not isinstance(config, dict):
+        raise SpecError(f"--resume: {path} records no sweep config, so the matrix cannot be "
+                        "checked (start a new sweep, or --overwrite it)")
+    requested = json.loads(json.dumps(asdict(cfg), default=str))
+    defaults = json.loads(json.dumps(asdict(SweepConfig()), default=str))
+    diffs = []
+    for f in dataclasses.fields(SweepConfig):
+        if f.name in RESUME_FREE:
+            continue
+        was = config.get(f.name, defaults[f.name])
+        if was != requested[f.name]:
+            diffs.append(f"{f.name} {json.dumps(was)} -> {json.dumps(requested[f.name])}")
+    if diffs:
+        raise SpecError(f"--resume: {sweep_dir} was recorded with another matrix ("
+                        + "; ".join(diffs) + "): resume with its options, or start a new "
+                        "sweep in another --out")
+    _check_recorded_rows(cfg, sweep_dir)
+
+
+def _check_recorded_rows(cfg: SweepConfig, sweep_dir: Path) -> None:
+    """Every row of ``sweep_dir``'s results table is a cell of ``cfg`` (so the
+    rewritten table keeps it).
+
+    Raises:
+        SpecError: a row of a cell outside the matrix, or an unreadable table (one line).
+    """
+    from jitbench.errors import InputError
+    from jitbench.records import find_table, load_results
+
+    table = find_table(sweep_dir)
+    if table is None or not table.name.startswith("results"):
+        return
+    try:
+        t = load_results(table, require=("workload", "strategy", "fault", "seed", "repeat"))
+    except InputError as e:
+        raise SpecError(f"--resume: {e}") from None
+    cells = {(w, s, f, str(seed), str(r)) for w, s, f, seed, r in cfg.cells()}
+    for i, row in enumerate(t.itertuples(index=False)):
+        key = (str(row.workload), str(row.strategy), str(row.fault), _whole(row.seed),
+               _whole(row.repeat))
+        if key not in cells:
+            raise SpecError(f"--resume: {table} row {i + 1} ({' '.join(key[:3])} seed "
+                            f"{key[3]} repeat {key[4]}) is no cell of the requested matrix: "
+                            "resuming would drop it")
+
+
+def _whole(v) -> str:
+    """A seed or repeat cell as the integer text a cell's key has (``3.0`` -> ``3``)."""
+    try:
+        f = float(v)
+        return str(int(f)) if f.is_integer() else str(v)
+    except (TypeError, ValueError):
+        return str(v)
 
 
 def _finished(run_dir: Path) -> bool:

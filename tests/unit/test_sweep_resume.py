@@ -1,0 +1,132 @@
+"""``jitbench sweep --resume`` continues the sweep that its directory records, and no
+other: a different matrix or setting is refused in one line naming each field that
+differs (exit 2, nothing launched, ``sweep.json`` unchanged), and the rows already
+recorded are never dropped. Nothing is launched: :func:`jitbench.harness.run.run` is a
+stub that writes a summary.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from jitbench.errors import ExitStatus, SpecError
+from jitbench.harness import sweep as sweep_mod
+from jitbench.harness.sweep import SweepConfig
+from tests.conftest import one_line
+
+
+class _Out:
+    def __init__(self, summary):
+        self.summary = summary
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """The faults of the launches (``reference`` for a reference), in order; a launch
+    of the fault in ``launched.stop`` is interrupted."""
+    from jitbench.harness import run as run_mod
+
+    calls: list[str] = []
+
+    def fake_run(spec, run_dir, reference=True, reference_from=None, overwrite=False,
+                 timeout_s=None):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fault = spec.faults[0].kind if spec.faults else "reference"
+        calls.append(fault)
+        s = {"faults": [], "completed": True, "state_equal": True, "replay_ok": True,
+             "strategy": spec.strategy,
+             "workload": spec.workload.name, "seed": spec.workload.seed,
+             "interrupted": fault == getattr(fake_run, "stop", None)}
+        (run_dir / "summary.json").write_text(json.dumps(s))
+        return _Out(s)
+
+    monkeypatch.setattr(run_mod, "run", fake_run)
+    return calls
+
+
+def _cfg(**kw) -> SweepConfig:
+    base = {"workloads": ["gpt"], "strategies": ["jit"], "faults": ["kill", "term"],
+            "steps": 4, "fault_step": 2}
+    return SweepConfig(**{**base, **kw})
+
+
+@pytest.mark.parametrize("kw, needle", [
+    ({"sizes": {"gpt": "tiny"}}, 'sizes {} -> {"gpt": "tiny"}'),
+    ({"seeds": [0, 1]}, "seeds [0] -> [0, 1]"),
+    ({"faults": ["kill"]}, 'faults ["kill", "term"] -> ["kill"]'),
+    ({"strategies": ["jit", "none"]}, 'strategies ["jit"] -> ["jit", "none"]'),
+    ({"workloads": ["resnet"]}, 'workloads ["gpt"] -> ["resnet"]'),
+    ({"repeats": 2, "steps": 6}, "repeats 1 -> 2; steps 4 -> 6"),
+])
+def test_resume_refuses_another_matrix(launched, tmp_path, kw, needle):
+    out = tmp_path / "sw"
+    sweep_mod.run_sweep(_cfg(), out)
+    recorded = (out / "sweep.json").read_text()
+    csv = (out / "results.csv").read_text()
+    launched.clear()
+    with pytest.raises(SpecError) as e:
+        sweep_mod.run_sweep(_cfg(**kw), out, resume=True)
+    msg = str(e.value)
+    assert "\n" not in msg and needle in msg and "another matrix" in msg, msg
+    assert launched == []  # nothing ran
+    assert (out / "sweep.json").read_text() == recorded  # the record is unchanged
+    assert (out / "results.csv").read_text() == csv
+
+
+def test_resume_of_an_interrupted_sweep_checks_its_recorded_config(launched, tmp_path):
+    """The config recorded when the sweep started is the one checked; with it, the
+    sweep continues and keeps every row; only the per-launch timeout may change."""
+    from jitbench.harness import run as run_mod
+
+    out = tmp_path / "sw"
+    run_mod.run.stop = "term"
+    with pytest.raises(KeyboardInterrupt):
+        sweep_mod.run_sweep(_cfg(), out)
+    run_mod.run.stop = None
+    with pytest.raises(SpecError, match="fault_step 2 -> 3"):
+        sweep_mod.run_sweep(_cfg(fault_step=3), out, resume=True)
+    launched.clear()
+    res = sweep_mod.run_sweep(_cfg(timeout_s=1200.0), out, resume=True)
+    assert launched == ["term"]
+    assert list(res.table["fault"]) == ["kill", "term"]
+    assert list(pd.read_csv(out / "results.csv")["fault"]) == ["kill", "term"]
+    assert json.loads((out / "sweep.json").read_text())["complete"] is True
+
+
+def test_resume_never_drops_a_recorded_row(launched, tmp_path):
+    """A results table with a row outside the matrix (an older sweep.json, an edited
+    one) is refused rather than rewritten without that row; a sweep.json without a
+    config or unreadable is refused too."""
+    out = tmp_path / "sw"
+    sweep_mod.run_sweep(_cfg(), out)
+    t = pd.read_csv(out / "results.csv")
+    extra = t.iloc[[0]].assign(seed=7)
+    pd.concat([t, extra]).to_csv(out / "results.csv", index=False)
+    (out / "results.parquet").unlink()
+    with pytest.raises(SpecError, match=r"row 3 \(gpt jit kill seed 7 repeat 0\) is no cell"):
+        sweep_mod.run_sweep(_cfg(), out, resume=True)
+    assert len(pd.read_csv(out / "results.csv")) == 3
+    (out / "sweep.json").write_text(json.dumps({"complete": True}))
+    with pytest.raises(SpecError, match="records no sweep config"):
+        sweep_mod.run_sweep(_cfg(), out, resume=True)
+    (out / "sweep.json").write_text("{not json")
+    with pytest.raises(SpecError, match="cannot read"):
+        sweep_mod.run_sweep(_cfg(), out, resume=True)
+
+
+def test_resume_with_another_matrix_is_one_line_exit_2(jb, launched, tmp_path):
+    out = tmp_path / "cli"
+    args = ("sweep", "--workloads", "gpt", "--strategies", "jit", "--faults", "kill",
+            "--steps", "4", "--fault-step", "2", "--out", str(out))
+    code, _ = jb(*args)
+    assert code == 0
+    code, err = jb(*args, "--resume", "--seeds", "0,1", "--sizes", "gpt=tiny")
+    assert code == ExitStatus.INPUT
+    line = one_line(err)
+    assert "seeds [0] -> [0, 1]" in line and 'sizes {} -> {"gpt": "tiny"}' in line, line
+    assert len(pd.read_csv(out / "results.csv")) == 1
+    code, _ = jb(*args, "--resume")
+    assert code == 0
