@@ -126,6 +126,23 @@ def overhead(
     console.out().print(f"output: {out_dir}/overhead.csv  (launch wall {res.meta['wall_s']:.0f} s)")
 
 
+def row_verdict(r: dict) -> str:
+    """The verdict cell of one summary row (:func:`jitbench.harness.overhead.summarize`):
+    ``baseline`` for ``none``; "too few repeats (need N)" below the minimum for a
+    verdict (the figures stand, no verdict is given); the A/A control's bias; "within
+    noise", "slower" or "faster" against the control."""
+    few = str(r.get("no_verdict") or "").startswith("too few")
+    if r["strategy"] == "none":
+        return "baseline"
+    if few:
+        return str(r["no_verdict"])
+    if r["strategy"] == "none-aa":
+        return "noise (A/A): unbiased" if r.get("control_ok", True) else "A/A BIASED: no verdicts"
+    wn = r.get("within_noise")
+    return ("no verdict" if wn is None else "within noise" if wn else
+            "slower" if r["overhead_pct"] > 0 else "faster")
+
+
 def overhead_table(rows: list[dict], meta: dict) -> Table:
     """Terminal table of the overhead summary: the estimate (ratio of summed step
     times over the repeats) with its 95% bootstrap interval, the per-repeat
@@ -143,13 +160,7 @@ def overhead_table(rows: list[dict], meta: dict) -> Table:
         tab.add_column(c, justify="left" if c in ("strategy", "verdict") else "right")
     for r in rows:
         pct_of_step = (r["rt_us"] / 1e6 / r["step_s"] * 100) if r["rt_us"] and r["step_s"] else None
-        wn = r.get("within_noise")
-        verdict = ("baseline" if r["strategy"] == "none" else
-                   ("noise (A/A): unbiased" if r.get("control_ok", True) else
-                    "A/A BIASED: no verdicts") if r["strategy"] == "none-aa" else
-                   "no verdict" if wn is None else
-                   "within noise" if wn else
-                   "slower" if r["overhead_pct"] > 0 else "faster")
+        verdict = row_verdict(r)
         name = "none (A/A control)" if r["strategy"] == "none-aa" else r["strategy"]
         if meta.get("script") and name == "none":
             name = "none (plain torchrun)"

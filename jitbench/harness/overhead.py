@@ -68,6 +68,14 @@ ends in a collective):
   it does (``control_ok``), a strategy is ``within_noise`` when its own
   interval contains 0; when it does not, the design is biased and no strategy
   gets a verdict (``within_noise`` is None);
+- the minimum for a verdict (:meth:`OverheadConfig.min_verdict_repeats`): one whole
+  design (every label in every position once: fewer repeats leave a label's
+  position and predecessor unbalanced, so a drift no longer cancels) and at least
+  :data:`MIN_VERDICT_FLOOR` repeats (the bootstrap resamples whole repeats: ``n``
+  of them give at most ``C(2n-1, n)`` distinct resamples, 1 for one repeat and 3
+  for two, so the interval collapses onto the few per-repeat ratios). Below it the
+  figures are kept but no strategy nor the control gets a verdict
+  (``within_noise`` and ``control_ok`` None, ``no_verdict`` says why);
 - ``cpu_overhead_pct``: the same ratio of rank 0's process CPU time per step
   (``cpu_s`` of step-begin events, :func:`time.process_time`, every thread):
   on a shared machine the precise figure for CPU work such as the JIT snapshot
@@ -119,6 +127,12 @@ repeat then spans seconds, so a change of the machine's speed that lasts longer
 repeat's labels; at equal measured steps, 2-step segments gave an A/A interval half
 as wide as 20-step ones, side by side under the same load
 (``benchmarks/overhead-aa-cpu.txt``, run 4)."""
+MIN_VERDICT_FLOOR = 4
+"""Fewest repeats of any verdict, whatever the design (module docstring): with ``n``
+repeats the bootstrap has at most ``C(2n-1, n)`` distinct resamples (1, 3, 10, 35 for
+``n`` = 1..4), so below 4 its 2.5% and 97.5% percentiles are the extremes of a handful
+of values. Every design with a strategy beside ``none`` and the control has at least
+4 rows anyway (3 labels: 6 rows; 4 labels: 4)."""
 MIN_MEASURED_STEPS = 100
 """Measured steps per label that the default number of repeats reaches in one launch."""
 LAUNCH_SEGMENT_STEPS = 20
@@ -273,6 +287,12 @@ class OverheadConfig:
             return size
         rows = -(-MIN_MEASURED_STEPS // self.segment_steps)
         return -(-rows // size) * size
+
+    def min_verdict_repeats(self) -> int:
+        """Fewest repeats that give a verdict (``within_noise``, ``control_ok``): one whole
+        design (:meth:`design_size`: every label in every position) and at least
+        :data:`MIN_VERDICT_FLOOR`. The default :meth:`n_repeats` always reaches it."""
+        return max(self.design_size(), MIN_VERDICT_FLOOR)
 
     def balanced(self) -> bool:
         """Whether every label takes every position and follows every other label
@@ -497,9 +517,15 @@ def bootstrap_pct(num: list[float], den: list[float], resamples: int = 2000, see
 
 
 def summarize(rows: list[dict], strategies: list[str], resamples: int = 2000,
-              seed: int = 0) -> list[dict]:
+              seed: int = 0, min_repeats: int = 0) -> list[dict]:
     """One row per strategy: median step time, ``overhead_pct`` vs ``none`` with its
-    bootstrap interval and spread, the control's verdict (module docstring)."""
+    bootstrap interval and spread, the control's verdict (module docstring).
+
+    With fewer than ``min_repeats`` repeats (:meth:`OverheadConfig.min_verdict_repeats`)
+    every row keeps its figures but gets no verdict: ``within_noise`` and ``control_ok``
+    None, ``no_verdict`` "too few repeats (need N)"; a biased control's rows say "A/A
+    control biased"; otherwise ``no_verdict`` is None. ``min_repeats`` is recorded in
+    every row."""
     by = {(r["strategy"], r["repeat"]): r for r in rows}
     repeats = sorted({r["repeat"] for r in rows})
     out = []
@@ -536,13 +562,18 @@ def summarize(rows: list[dict], strategies: list[str], resamples: int = 2000,
             "rt_us": statistics.median(rts) if rts else None,
         })
     ctrl = next((r for r in out if r["strategy"] == CONTROL), None)
-    if ctrl is not None:
-        ok = ctrl["overhead_pct_lo"] <= 0.0 <= ctrl["overhead_pct_hi"]
-        for r in out:
-            r["control_ok"] = ok
+    few = len(repeats) < min_repeats
+    for r in out:
+        r["min_repeats"], r["no_verdict"] = min_repeats, None
+        if ctrl is not None:
+            ok = ctrl["overhead_pct_lo"] <= 0.0 <= ctrl["overhead_pct_hi"]
+            r["control_ok"] = None if few else ok
             r["noise_lo_pct"], r["noise_hi_pct"] = ctrl["overhead_pct_lo"], ctrl["overhead_pct_hi"]
             if not ok:  # the design is biased: no verdict against it
-                r["within_noise"] = None
+                r["within_noise"], r["no_verdict"] = None, "A/A control biased"
+        if few:  # the interval collapses onto a few ratios: figures only
+            r["within_noise"] = None
+            r["no_verdict"] = f"too few repeats (need {min_repeats})"
     return out
 
 
@@ -625,7 +656,7 @@ def run_overhead(base: RunSpec | ScriptSpec, cfg: OverheadConfig, out_dir: Path,
                 raise RuntimeError(str(exc)) from None
         spec = (script_launch_spec(base, "none") if cfg.script
                 else launch_spec(base, cfg, "none"))
-    summ = summarize(segs, cfg.strategies, cfg.resamples, cfg.seed)
+    summ = summarize(segs, cfg.strategies, cfg.resamples, cfg.seed, cfg.min_verdict_repeats())
     meta = {"overhead_version": OVERHEAD_VERSION,
             "workload": spec.name if cfg.script else spec.workload.name,
             "size": None if cfg.script else spec.workload.size, "world_size": spec.world_size,
@@ -633,6 +664,7 @@ def run_overhead(base: RunSpec | ScriptSpec, cfg: OverheadConfig, out_dir: Path,
             "segment_length": cfg.segment_length(), "repeats": cfg.n_repeats(),
             "mode": cfg.mode, "script": cfg.script, "seed": cfg.seed, "resamples": cfg.resamples,
             "balanced": cfg.balanced(), "design_size": cfg.design_size(),
+            "min_verdict_repeats": cfg.min_verdict_repeats(),
             "order": [list(x) for x in cfg.order()],
             "strategies": cfg.strategies, "wall_s": wall_s, "code_version": code_version(),
             "machine": machine_fingerprint(), "spec": json.loads(spec.to_json())}

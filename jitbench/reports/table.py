@@ -178,7 +178,8 @@ OVERHEAD_COLUMNS = [
     Column("cpu_overhead_pct_hi", "CPU 95% CI high %", "%", "signed"),
     Column("rt_us", "runtime hot path µs/step", "µs", "0"),
     Column("within_noise", "within noise", format="yesno"),
-    Column("control_ok", "A/A control unbiased", format="yesno")]
+    Column("control_ok", "A/A control unbiased", format="yesno"),
+    Column("no_verdict", "no verdict because", format="text")]
 """One row per strategy of an overhead measurement."""
 VALIDATION_COLUMNS = [
     Column("workload", "workload", format="text"),
