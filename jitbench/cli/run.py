@@ -26,7 +26,6 @@ from jitbench.cli import console
 from jitbench.cli.options import (
     Backend,
     BatchSize,
-    FaultRank,
     JsonSummary,
     MaxRestarts,
     Mtbf,
@@ -58,7 +57,8 @@ class FaultOptions:
     fault: Annotated[str | None, typer.Option(
         help="Fault to inject ('jitbench faults' lists them); 'none' for a fault-free run. "
              "Default: nccl-hang, or none with --scenario.")] = None
-    fault_rank: FaultRank = 1
+    fault_rank: Annotated[int | None, typer.Option(
+        help="Rank the fault hits (default 1).")] = None
     fault_step: Annotated[int | None, typer.Option(
         help="Step the fault fires at (default: a third of the way in).")] = None
     fault_time_s: Annotated[float | None, typer.Option(

@@ -349,7 +349,28 @@ def _poisson_entry(where: str, e: dict, nproc: int, steps: int, seed: int,
         _check_step(where, "start_step", kw["start_step"], steps)
     if "max_faults" in e:
         kw["max_faults"] = _typed(where, "max_faults", e["max_faults"], int, low=1)
-    return poisson(kinds, ranks, steps, seed, index=index, where=where, **kw)
+    out = poisson(kinds, ranks, steps, seed, index=index, where=where, **kw)
+    if not out:
+        raise ScheduleError(empty_draw(where, steps, seed, kw.get("mtbf_steps"),
+                                       kw.get("mtbf_s"), kw.get("horizon_s")))
+    return out
+
+
+def empty_draw(where: str, steps: int, seed: int, mtbf_steps: float | None,
+               mtbf_s: float | None, horizon_s: float | None) -> str:
+    """The one line refusing a Poisson plan whose seeded draw placed no fault in the
+    run (``where`` starts it: the scenario entry or the flag). The draw is a pure
+    function of ``seed``, made before launch, so such a plan would run fault-free."""
+    if mtbf_steps is not None:
+        span = (f"in steps 1..{steps - 1} of the {steps}-step run" if steps_known(steps)
+                else "in the run")
+        mtbf = f"an MTBF of {mtbf_steps:g} steps"
+    else:
+        span = f"within horizon_s {horizon_s:g} s"
+        mtbf = f"an MTBF of {mtbf_s:g} s"
+    return (f"{where}: with {mtbf} the seeded draw (seed {seed}) places no fault {span}, "
+            "so the run would be fault-free; lower the MTBF, run more steps or pick another "
+            "seed")
 
 
 def check_unique(faults: list[FaultSpec], where: str | None = "fault plan") -> None:
@@ -418,7 +439,8 @@ def check_plan(faults: list[FaultSpec], world_size: int, steps: int,
     check_unique(faults, where=None)
 
 
-def plan_from_options(kind: str | None, rank: int, step: int | None, steps: int, nproc: int,
+def plan_from_options(kind: str | None, rank: int | None, step: int | None, steps: int,
+                      nproc: int,
                       seed: int, *, time_s: float | None = None,
                       every_steps: int | None = None, count: int | None = None,
                       mtbf_steps: float | None = None, mtbf_s: float | None = None,
@@ -427,11 +449,17 @@ def plan_from_options(kind: str | None, rank: int, step: int | None, steps: int,
     """The fault plan of ``jitbench run``'s options.
 
     ``kind`` None: ``nccl-hang`` unless a scenario is given; ``none``: no
-    fault. ``params`` are ``--fault-param`` strings, parsed by the fault's
-    parameter types. ``step`` None: a third of the way in.
+    fault. ``rank`` None: rank 1 (given with ``none``: refused). ``params`` are
+    ``--fault-param`` strings, parsed by the fault's parameter types. ``step``
+    None: a third of the way in.
+
+    A plan of the options that places no fault in the run is refused: ``--fault-every``
+    past the run's last step but one, or a seeded Poisson draw (``--fault-mtbf-*``,
+    made here, before launch) with no arrival in it.
 
     Raises:
-        ScheduleError: conflicting or invalid options (one line).
+        ScheduleError: conflicting or invalid options, or a fault option that places
+            no fault in the run (one line).
     """
     out: list[FaultSpec] = []
     if scenario is not None:
@@ -443,7 +471,8 @@ def plan_from_options(kind: str | None, rank: int, step: int | None, steps: int,
                                ("--fault-mtbf-s", mtbf_s))
                 if v is not None]
     if kind == "none":
-        given = triggers + [n for n, v in (("--fault-step", step is not None),
+        given = triggers + [n for n, v in (("--fault-rank", rank is not None),
+                                           ("--fault-step", step is not None),
                                            ("--fault-count", count is not None),
                                            ("--every-attempt", every_attempt),
                                            ("--fault-param", bool(params))) if v]
@@ -453,6 +482,7 @@ def plan_from_options(kind: str | None, rank: int, step: int | None, steps: int,
         return out
     if kind not in FAULTS:
         raise ScheduleError(unknown("fault", kind, ["none", *sorted(FAULTS)]))
+    rank = 1 if rank is None else rank
     if len(triggers) > 1:
         raise ScheduleError(f"give one trigger, not both {triggers[0]} and {triggers[1]}")
     cls = FAULTS[kind]
@@ -483,12 +513,23 @@ def plan_from_options(kind: str | None, rank: int, step: int | None, steps: int,
                          (None if mtbf_steps is not None else 10),
                          where="--fault-mtbf-steps" if mtbf_steps is not None
                          else "--fault-mtbf-s")
+        if not faults:
+            raise ScheduleError(empty_draw("--fault-mtbf-steps" if mtbf_steps is not None
+                                           else "--fault-mtbf-s", steps, seed, mtbf_steps,
+                                           mtbf_s, None))
         for f in faults:
             f.params, f.every_attempt = dict(parsed), every_attempt
     elif every_steps is not None:
         if every_steps < 1:
             raise ScheduleError(f"--fault-every must be >= 1, got {every_steps}")
+        if step is not None:
+            check_step(step, steps, "fault step")
         faults = every(kind, rank, every_steps, steps, step, count, every_attempt, parsed)
+        if not faults:  # the first repetition (--fault-every itself) is past the run
+            raise ScheduleError(f"--fault-every {every_steps} places no fault in the "
+                                f"{steps}-step run (the first would fire at step "
+                                f"{every_steps}; faults fire in steps 1..{steps - 1}); give "
+                                f"a smaller --fault-every, a --fault-step or more --steps")
     else:
         # a time trigger alone may fire from the first step; a step with it is the earliest
         s = step if step is not None else (1 if time_s is not None

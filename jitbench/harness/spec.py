@@ -224,6 +224,10 @@ class RunSpec:
                                 "(use --amp bf16 or none)")
             if self.segments:
                 raise SpecError("strategy torchft cannot switch strategies inside one launch")
+            if not self.deterministic_reduce:
+                raise SpecError("--no-deterministic-reduce: strategy torchft averages "
+                                "gradients with its own collectives, not DDP's, so the "
+                                "option does nothing there (drop it)")
         if st.entry.launcher != "agent" and self.nnodes > 1:
             raise SpecError(f"strategy {st.name} runs on one node here (its launcher binds "
                             "the loopback address)")
@@ -291,14 +295,19 @@ class RunSpec:
         """Refuse what ``--parallel hsdp:RxS`` does not run with (one line each): a
         world other than R x S, a workload other than gpt, a strategy outside
         :data:`~jitbench.harness.parallel.HSDP_STRATEGIES` (``jit:split``,
-        ``periodic:auto`` included), fp16 (its GradScaler is not shard-aware), and the
-        faults that act through DDP's comm hook."""
+        ``periodic:auto`` included), fp16 (its GradScaler is not shard-aware), the
+        faults that act through DDP's comm hook, and ``deterministic_reduce`` False
+        (a DDP comm-hook choice FSDP2 never reads)."""
         from jitbench.harness.parallel import HSDP_FAULTS_REFUSED, HSDP_STRATEGIES, parse
 
         par = parse(self.parallel)
         par.check(self.world_size, self.workload.name)
         if not par.sharded:
             return
+        if not self.deterministic_reduce:
+            raise SpecError(f"--no-deterministic-reduce: under --parallel {par} FSDP2 reduces "
+                            "gradients with its own collectives, not DDP's comm hook, so the "
+                            "option does nothing there (drop it; it applies to ddp)")
         if st.name not in HSDP_STRATEGIES or st.auto or st.all_options().get("split"):
             raise SpecError(f"--parallel {par}: strategy {self.strategy} is not wired for "
                             f"sharded training; use jit (jit:backstop=N), periodic:N or none")

@@ -158,7 +158,7 @@ def test_poisson_arrivals_in_one_microsecond_get_distinct_ids():
 
 
 def test_plan_from_options():
-    assert plan_from_options("none", 1, None, 10, 2, 0) == []
+    assert plan_from_options("none", None, None, 10, 2, 0) == []
     [f] = plan_from_options(None, 1, None, 30, 2, 0)
     assert (f.kind, f.step) == ("nccl-hang", 10)
     [f] = plan_from_options("xid", 0, 4, 10, 2, 0, params={"code": "48"})
@@ -172,7 +172,7 @@ def test_plan_from_options():
     with pytest.raises(ScheduleError, match="slow: delay_s must be float"):
         plan_from_options("slow", 1, 2, 10, 2, 0, params={"delay_s": "soon"})
     with pytest.raises(ScheduleError, match="needs a --fault"):
-        plan_from_options("none", 1, 2, 10, 2, 0, time_s=1.0)
+        plan_from_options("none", None, 2, 10, 2, 0, time_s=1.0)
     [f] = plan_from_options("kill", 1, 2, 10, 2, 0, every_attempt=True)
     assert f.every_attempt
 
@@ -180,7 +180,7 @@ def test_plan_from_options():
 def test_plan_from_options_with_a_scenario(tmp_path):
     p = tmp_path / "s.toml"
     p.write_text("[[fault]]\nkind = 'term'\nrank = 0\nstep = 4\n")
-    [f] = plan_from_options(None, 1, None, 10, 2, 0, scenario=p)  # no default nccl-hang
+    [f] = plan_from_options(None, None, None, 10, 2, 0, scenario=p)  # no default nccl-hang
     assert (f.kind, f.rank, f.step) == ("term", 0, 4)
     both = plan_from_options("kill", 1, 6, 10, 2, 0, scenario=p)
     assert [(f.kind, f.step) for f in both] == [("term", 4), ("kill", 6)]
