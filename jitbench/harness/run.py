@@ -144,10 +144,14 @@ def check_ckpt_dir(spec: RunSpec) -> None:
     every save would fail, and the replay that follows would read as a broken
     promise (a new-user trial: exit 4 on a read-only copy of a run's checkpoints).
     One with committed parts must match the spec's world size and
-    :meth:`RunSpec.fingerprint` (the same workload, data, batch, steps, seed).
+    :meth:`RunSpec.fingerprint` (the same workload, data, batch, steps, seed), and its
+    newest committed step must come before every step-triggered planned fault (other
+    than one at ``restore``): the run resumes after that step, so such a fault would
+    fire late or never.
 
     Raises:
-        SpecError: one line naming the first mismatch, or the OS error of making a
+        SpecError: one line naming the first mismatch or the first fault planned at
+            or before the newest checkpoint's step, or the OS error of making a
             directory where the absent one would be.
     """
     if spec.ckpt_dir is None:
@@ -187,6 +191,18 @@ def check_ckpt_dir(spec: RunSpec) -> None:
         except ckpt.CheckpointMismatch as exc:
             raise SpecError(f"checkpoint directory {d} holds another job's checkpoints: "
                             f"{exc}{_differences(d, spec, manifest.get('run_id'))}") from exc
+    newest = max((part.step for part, _ in manifests), default=0)
+    for f in spec.faults:
+        # a step-triggered fault fires at the first point at or after its step: one
+        # planned at or before the step the run resumes from would fire elsewhere, or
+        # (a checkpoint of the last step) not at all; a restore-point fault fires on
+        # that very resume, a time trigger whenever its time has come
+        if (newest and f.time_s is None and f.step <= newest
+                and str(f.params.get("at", "step")) != "restore"):
+            raise SpecError(f"fault {f.id} is planned at step {f.step}, but the newest "
+                            f"checkpoint in {d} is of step {newest}: the run resumes after "
+                            f"it and never reaches step {f.step}; plan the fault after step "
+                            f"{newest} or use another --ckpt-dir")
 
 
 def _manifests(ckpt_dir: Path) -> list[tuple[ckpt.Part, dict]]:

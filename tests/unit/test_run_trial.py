@@ -101,3 +101,40 @@ def test_hsdp_with_the_default_reduce_is_accepted():
 
 def _json(path):
     return json.loads(path.read_text())
+
+
+# -- a --ckpt-dir whose newest checkpoint is past the planned fault -------------------
+
+
+def _ckpt_dir_at(tmp_path, step: int):
+    from jitbench.harness.spec import RunSpec
+    from jitbench.runtime import checkpoint as ckpt
+    from jitbench.workloads import WorkloadConfig
+
+    run_id = RunSpec(workload=WorkloadConfig(steps=60), nproc=2).fingerprint()
+    for s in (5, step):
+        ckpt.write_part(tmp_path / "ck", "periodic", s, 0, 2, {"step": s}, run_id=run_id)
+    return tmp_path / "ck"
+
+
+def test_a_fault_planned_before_the_newest_checkpoint_is_refused(jb, tmp_path):
+    ck = _ckpt_dir_at(tmp_path, 10)
+    before = sorted(p.name for p in ck.iterdir())
+    code, err = jb("run", "--fault", "kill", "--fault-step", "10", "--ckpt-dir", str(ck),
+                   "--run-dir", str(tmp_path / "r"))
+    assert code == 2 and ("fault kill@1:10 is planned at step 10, but the newest checkpoint "
+                          f"in {ck} is of step 10") in one_line(err), err
+    assert not (tmp_path / "r").exists() and sorted(p.name for p in ck.iterdir()) == before
+
+
+def test_a_fault_after_the_newest_checkpoint_or_at_restore_passes(tmp_path):
+    from jitbench.faults import FaultSpec
+    from jitbench.harness.run import check_ckpt_dir
+    from jitbench.harness.spec import RunSpec
+    from jitbench.workloads import WorkloadConfig
+
+    ck = _ckpt_dir_at(tmp_path, 10)
+    for f in (FaultSpec("kill", 1, 11), FaultSpec("kill", 1, 3, time_s=2.0),
+              FaultSpec("kill", 1, 4, params={"at": "restore"})):
+        check_ckpt_dir(RunSpec(workload=WorkloadConfig(steps=60), nproc=2, faults=[f],
+                               ckpt_dir=str(ck)))
