@@ -64,6 +64,7 @@ This module reads events with the runtime's reader and imports no torch.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -89,6 +90,35 @@ SAVE_KINDS = ("periodic", "async", "disk")
 def read_events(run_dir: str | Path) -> list[dict]:
     """Every event of ``run_dir/events``, in time order (torn last lines skipped)."""
     return _read_events(Path(run_dir) / "events")
+
+
+STOP_FILE = "harness_stop.json"
+"""A run directory's record of the harness stopping its launch
+(:data:`jitbench.harness.launch.STOP_FILE`, the same name)."""
+
+
+def harness_stop(run_dir: str | Path) -> dict | None:
+    """When the harness stopped the launch of ``run_dir`` (``--timeout-s`` ran out,
+    Ctrl-C or SIGTERM): ``{"why", "t_wall", "t_mono"}`` (s, the events' clocks), or
+    None when it ran to its end (or the record is unreadable)."""
+    try:
+        stop = json.loads((Path(run_dir) / STOP_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(stop, dict) and all(isinstance(stop.get(k), (int, float))
+                                        for k in ("t_wall", "t_mono"))
+    return stop if ok else None
+
+
+def without_stop_failures(evs: list[dict], stop: dict | None) -> list[dict]:
+    """``evs`` less the ``failure`` events declared once the harness had stopped the
+    launch (``stop``: :func:`harness_stop`): the workers' SIGTERM (``sigterm``) and the
+    broken collectives that follow are the stop's doing, not the detection of a fault
+    (a hang the harness stopped before the watchdog saw it has no detection)."""
+    if stop is None:
+        return evs
+    key = clock(evs)
+    return [e for e in evs if not (e["event"] == "failure" and e[key] >= stop[key])]
 
 
 def clock(evs: list[dict]) -> str:
@@ -285,6 +315,20 @@ def episode_events(evs: list[dict], fault: dict, key: str = "t_mono"
     return cur, restarted, False
 
 
+def completed_before(cur: list[dict]) -> int:
+    """The steps the job had completed when a failure struck its attempt (or in-process
+    generation) ``cur``: the newest step any rank of it completed, or, when none
+    completed one, the step its restore loaded (the state the attempt started from:
+    an earlier attempt, or an earlier job of ``--ckpt-dir``, completed those steps).
+    An attempt that restored step k and failed in step k + 1 had completed k steps,
+    not 0 (a rank that fails in every attempt, ``--every-attempt``); 0 only for a
+    fresh start that completed nothing."""
+    done = [e["step"] for e in cur if e["event"] == "step" and e["phase"] == "end"]
+    loaded = [e["step"] for e in cur if e["event"] == "restore" and e["phase"] == "end"
+              and e.get("ok", True) and isinstance(e.get("step"), int)]
+    return max(done + loaded, default=0)
+
+
 def _episodes(evs: list[dict], key: str, spans: list[dict], world_size: int) -> list[dict]:
     rows: list[dict] = []
     failing = failure_starts(evs)
@@ -351,8 +395,7 @@ def _episodes(evs: list[dict], key: str, spans: list[dict], world_size: int) -> 
         rows.append(_row("failure", "restore", slow["t0"] if slow else None,
                          slow["t1"] if slow else None, rank=slow["rank"] if slow else None,
                          kind=rend[0].get("kind"), step=rend[0]["step"], **ep))
-        done_before = max((e["step"] for e in cur if e["event"] == "step"
-                           and e["phase"] == "end"), default=0)
+        done_before = completed_before(cur)
         ends: dict[int, list[float]] = defaultdict(list)
         for e in nxt:
             if e["event"] == "step" and e["phase"] == "end":

@@ -385,18 +385,22 @@ def outcome_status(s: dict, strategy: str, run_dir: Path,
                    timeout_s: float | None) -> tuple[ExitStatus, str | None]:
     """The exit status of a finished run (:func:`jitbench.records.verdict`) and the
     line that explains it, with where to look. ``s`` is the run's summary; a run
-    whose planned faults partly never fired succeeds with a warning line. ``strategy``
-    is the one run (a summary names it too)."""
+    whose planned faults partly never fired succeeds with a warning line; a reference
+    cut short (``reference_cut_short``) is named in the line. ``strategy`` is the one
+    run (a summary names it too)."""
     from jitbench.records import verdict
 
     status, why = verdict({"strategy": strategy, **s})
+    cut = s.get("reference_cut_short")
+    ref = (f" (the run completed; the fault-free reference was {cut} before its end, so "
+           "the final states were not compared)" if cut and s.get("completed") else "")
     if status == ExitStatus.OK:
         return status, why if why.startswith("warning") else None
     if status == ExitStatus.INTERRUPTED:
-        return status, f"interrupted; records kept in {run_dir}"
+        return status, f"interrupted{ref}; records kept in {run_dir}"
     if status == ExitStatus.RUN_FAILED:
         if s.get("timed_out") and timeout_s is not None:
-            why = f"the run was stopped after --timeout-s {timeout_s:g} s"
+            why = f"the run was stopped after --timeout-s {timeout_s:g} s{ref}"
         return status, f"error: {why}; see {run_dir / 'agent.log'}"
     return status, f"error: {why} (records kept in {run_dir})"
 

@@ -374,15 +374,20 @@ def launch_agent(cmd: list[str], run_dir: Path, env_extra: dict[str, str] | None
                     stopped = True
                 if timed_out or stopped:
                     with held_signals(reraise=False):
+                        if timed_out:
+                            mark_stop(run_dir, "timeout")
                         stop_agent(proc, run_dir)
                     break
         except KeyboardInterrupt:
             interrupted = True
             with held_signals(reraise=False):
+                mark_stop(run_dir, "interrupt")
                 stop_agent(proc, run_dir)
         finally:
             with held_signals(reraise=False) as got:
                 if proc.poll() is None:  # an error in the loop itself: never leave it running
+                    if got:
+                        mark_stop(run_dir, "interrupt")
                     stop_agent(proc, run_dir)
                 reap(run_dir, proc.pid)
             interrupted = interrupted or bool(got)
@@ -393,6 +398,28 @@ def launch_agent(cmd: list[str], run_dir: Path, env_extra: dict[str, str] | None
             progress(dict(state))
     return LaunchResult(proc.wait(), time.monotonic() - t0, interrupted, log_path, timed_out,
                         stopped)
+
+
+STOP_FILE = "harness_stop.json"
+"""File of a run (or reference) directory that records when the harness stopped its
+launch (``--timeout-s`` ran out, Ctrl-C or SIGTERM): ``{"why", "t_wall", "t_mono"}``
+(s; ``time.time()`` and ``time.monotonic()``, the clocks of the events). Failures the
+workers declare after it are the stop's, not a detection
+(:func:`jitbench.phases.harness_stop`)."""
+
+
+def mark_stop(run_dir: Path | None, why: str) -> None:
+    """Record, before the harness stops a launch, that and when it does
+    (:data:`STOP_FILE`; ``why``: ``timeout`` or ``interrupt``). The first mark of a
+    launch stands; best effort (an unwritable directory loses only the mark)."""
+    if run_dir is None:
+        return
+    path = Path(run_dir) / STOP_FILE
+    if path.exists():
+        return
+    with contextlib.suppress(OSError):
+        path.write_text(json.dumps({"why": why, "t_wall": time.time(),
+                                    "t_mono": time.monotonic()}))
 
 
 @contextlib.contextmanager

@@ -97,6 +97,8 @@ class FailureMetrics:
     restored_step: int | None = None
     restored_kind: str | None = None
     completed_before: int = 0
+    """Steps the job had completed when the fault struck: the newest step completed in
+    the failed attempt, or the step it restored (:func:`jitbench.phases.completed_before`)."""
     last_commit_step: int | None = None
     expected_replayed_steps: int | None = None
     replayed_steps: int | None = None
@@ -133,6 +135,12 @@ class FailureMetrics:
     """The harness injected the fault that started the episode; False: the job met the
     failure by itself (:func:`jitbench.phases.own_failures`; ``fault_kind`` is then its
     trigger, e.g. ``storage_error``, or ``restore_error`` / ``input_error``)."""
+    harness_stopped: bool = False
+    """The harness stopped the launch (``--timeout-s`` ran out, Ctrl-C or SIGTERM)
+    before this failure recovered: its ``detect_s`` is empty unless a rank declared
+    the failure before the stop (the SIGTERM of the stop is no detection), and its
+    recovery figures measure the stop, not the job; ``jitbench model --from-results``
+    leaves such runs out."""
     cause: str | None = None
     """An own failure's root cause, one line (``rank 0: checkpoint write at step 8
     failed: No space left on device``); None for an injected fault."""
@@ -183,7 +191,7 @@ class RunMetrics:
 def compute(run_dir: str | Path, spec_steps: int, world_size: int,
             events: list[dict] | None = None, phase_table=None,
             per_replica: bool = False, ckpt_dir: str | Path | None = None,
-            strategy: str | None = None) -> RunMetrics:
+            strategy: str | None = None, stop: dict | None = None) -> RunMetrics:
     """Derive run and failure metrics of ``run_dir``.
 
     The spans (detect, save, restart, restore, replay, recovery, checkpoint
@@ -198,7 +206,12 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
     the restore events' listings) for what was committed (:func:`durable_parts`);
     None: ``run_dir/ckpt`` when it exists. ``strategy``: the run's (its CLI form);
     under ``jit`` a restore that fell back past a lost JIT checkpoint gets its
-    ``fallback`` line (:func:`jit_fallback`); None: no such line.
+    ``fallback`` line (:func:`jit_fallback`); None: no such line. ``stop``: when the
+    harness stopped the launch (:func:`jitbench.phases.harness_stop`; None: it did
+    not): failures declared after it are no detection
+    (:func:`jitbench.phases.without_stop_failures`; pass ``events`` and
+    ``phase_table`` already without them), and a failure whose recovery it cut short
+    is ``harness_stopped``.
     """
     from jitbench.runtime.strategies import parse
 
@@ -207,7 +220,8 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
                    and choice.entry.launcher == "agent")
     if ckpt_dir is None and (Path(run_dir) / "ckpt").is_dir():
         ckpt_dir = Path(run_dir) / "ckpt"
-    evs = events if events is not None else phases.read_events(run_dir)
+    evs = events if events is not None else phases.without_stop_failures(
+        phases.read_events(run_dir), stop)
     ph = phase_table if phase_table is not None else (
         phases.derive(evs, world_size, per_replica) if events is not None
         else phases.load(run_dir, world_size, per_replica))
@@ -253,6 +267,8 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
             cur, nxt, in_process = phases.episode_events(evs, fault_ev, phases.clock(evs))
         fm = FailureMetrics(f0["kind"], _int(f0["rank"]), _int(f0["step"]), a)
         fm.in_process = in_process
+        fm.harness_stopped = (stop is not None and "recovery" not in ep
+                              and f0["t0"] < stop[phases.clock(evs)])
         if fault_ev is not None:
             fm.injected = bool(fault_ev.get("injected", True))
             fm.cause = fault_ev.get("cause")
@@ -271,8 +287,7 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
             fm.detect_s, fm.trigger = _val(ep["detect"]["dur_s"]), _val(ep["detect"]["trigger"])
         fm.save_s = _val(ep["save"]["dur_s"])
         clock = phases.clock(evs)
-        fm.completed_before = max((e["step"] for e in cur if e["event"] == "step"
-                                   and e["phase"] == "end"), default=0)
+        fm.completed_before = phases.completed_before(cur)
         rend = [e for e in nxt if e["event"] == "restore" and e["phase"] == "end"]
         invalid = {name for r in rend for name, _ in r.get("skipped", [])}
         if known is not None:  # what the directory held when recovery began

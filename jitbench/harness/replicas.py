@@ -37,6 +37,7 @@ from jitbench.harness.launch import (
     _rank0_progress,
     die_with_parent,
     held_signals,
+    mark_stop,
     reap,
     stop_agent,
     torchrun_args,
@@ -106,12 +107,14 @@ def launch_replicas(spec: RunSpec, run_dir: Path, progress: Callable[[dict], Non
                     break
                 if timeout_s is not None and time.monotonic() - t0 > timeout_s:
                     timed_out = True
+                    mark_stop(run_dir, "timeout")
                     break
                 if finished_at is None and _job_lost(procs, spec):
                     store.set("shutdown", "1")
                     break
         except KeyboardInterrupt:
             interrupted = True
+            mark_stop(run_dir, "interrupt")
         finally:
             with held_signals(reraise=False) as got:
                 for p in procs:

@@ -336,21 +336,47 @@ def recovery_means(m: metrics.RunMetrics, world_size: int) -> dict:
     return out
 
 
+def reference_cut_short(ref: LaunchResult | None) -> str | None:
+    """Why the fault-free reference launch did not run to its end (one phrase), or
+    None when it did (or there is none): interrupted (Ctrl-C or SIGTERM), stopped by
+    ``--timeout-s``, or failed. A reference cut short has no final state to compare
+    (a partial one is never compared)."""
+    if ref is None:
+        return None
+    if ref.interrupted:
+        return "interrupted (Ctrl-C or SIGTERM)"
+    if ref.timed_out:
+        return "stopped by the harness after its timeout"
+    if ref.returncode != 0:
+        return f"failed (agent exit {ref.returncode})"
+    return None
+
+
 def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
-              ref: LaunchResult | None, ref_dir: Path | None = None) -> dict:
+              ref: LaunchResult | None, ref_dir: Path | None = None,
+              timeout_s: float | None = None) -> dict:
     """Metrics, correctness oracles and provenance of a finished run (JSON-able).
 
     Reads the run's events once, derives its phases (:mod:`jitbench.phases`)
     and writes them as ``run_dir/phases.parquet`` (and the reference's beside
-    its records), then computes the metrics from them."""
+    its records), then computes the metrics from them. ``timeout_s``: the launch's
+    ``--timeout-s`` (s), named as given in the end reason of a run it stopped.
+
+    A launch the harness stopped (``harness_stopped``: ``--timeout-s``, Ctrl-C or
+    SIGTERM; :func:`jitbench.phases.harness_stop`) reports no detection for the
+    failures the stop's SIGTERM declared, and its failures that had not recovered
+    are ``harness_stopped``. A reference cut short (:func:`reference_cut_short`) is
+    not compared: ``reference_complete`` false, ``reference_cut_short`` says why,
+    ``state_equal`` and ``sample_stream_equal`` stay empty."""
     entry = strategies.parse(spec.strategy).entry
     per_replica = entry.launcher == "torchft"
-    evs = phases.read_events(run_dir)
+    stop = phases.harness_stop(run_dir)
+    evs = phases.without_stop_failures(phases.read_events(run_dir), stop)
     table = phases.derive(evs, spec.world_size, per_replica)
     phases.write(run_dir, table)
     m = metrics.compute(run_dir, spec.steps, spec.world_size, events=evs, phase_table=table,
                         per_replica=per_replica, ckpt_dir=spec.ckpt_dir or run_dir / "ckpt",
-                        strategy=spec.strategy)
+                        strategy=spec.strategy, stop=stop)
     summary: dict = {"summary_version": SUMMARY_VERSION, "run_dir": str(run_dir),
                      "workload": spec.workload.name, "size": spec.workload.size,
                      "strategy": spec.strategy, "world_size": spec.world_size,
@@ -359,7 +385,9 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
                      "deterministic_reduce": spec.deterministic_reduce,
                      "parallel": str(parse_parallel(spec.parallel)),
                      "agent_exit": res.returncode, "interrupted": res.interrupted,
-                     "wall_s": res.wall_s}
+                     "wall_s": res.wall_s, "timeout_s": timeout_s,
+                     "harness_stopped": bool(stop is not None or res.timed_out
+                                             or res.interrupted)}
     fails = m.failures
     summary.update(recovery_means(m, spec.world_size))
     summary["expected_replayed_steps"] = sum(f.expected_replayed_steps or 0 for f in fails)
@@ -402,13 +430,20 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     # a planned fault that never fired (a time past the run's end): nothing measured for it
     summary["unfired"] = [f.id for f in spec.faults if f.id not in fired_ids]
     summary["unfired_faults"] = len(summary["unfired"])
-    summary["end_reason"] = end_reason(spec, m, res)
+    summary["end_reason"] = end_reason(spec, m, res, timeout_s)
+    cut = reference_cut_short(ref)
+    summary["reference_complete"] = None if ref is None else cut is None
+    summary["reference_cut_short"] = cut
+    if cut is not None and m.completed:
+        summary["end_reason"] = (f"completed; the fault-free reference was {cut} before "
+                                 "its end, so the final states were not compared")
     summary["state_equal"] = None
     summary["max_abs_diff"] = None
     summary["sample_stream_equal"] = None
     summary["sample_stream_reason"] = None
     ref_dir = ref_dir or run_dir / "reference"
-    if ref is not None and m.completed and (ref_dir / "final" / "state.pt").exists():
+    if (ref is not None and cut is None and m.completed
+            and (ref_dir / "final" / "state.pt").exists()):
         eq, diff = metrics.compare_states(run_dir / "final" / "state.pt",
                                           ref_dir / "final" / "state.pt")
         summary["state_equal"], summary["max_abs_diff"] = eq, diff
@@ -696,15 +731,20 @@ def fired_faults(run_dir: Path, events: list[dict] | None = None) -> list[dict]:
             for e in evs if e["event"] == "fault"]
 
 
-def end_reason(spec: RunSpec, m: metrics.RunMetrics, res: LaunchResult) -> str:
+def end_reason(spec: RunSpec, m: metrics.RunMetrics, res: LaunchResult,
+               timeout_s: float | None = None) -> str:
     """Why the run ended, one line: ``completed``, or what stopped it (``spec``: any
-    spec with ``max_restarts``, a launched script's too)."""
+    spec with ``max_restarts``, a launched script's too). A timeout is named as
+    configured (``timeout_s``, s, exactly as given), the launch's elapsed wall time
+    beside it."""
     if m.completed:
         return "completed"
     if res.timed_out:
-        return f"stopped by the harness: the launch ran past its timeout ({res.wall_s:.0f} s)"
+        limit = (f"--timeout-s {timeout_s:g} s ran out" if timeout_s is not None
+                 else "the launch ran past its timeout")
+        return f"stopped by the harness: {limit} (launch stopped after {res.wall_s:.1f} s)"
     if res.interrupted:
-        return "interrupted (Ctrl-C or SIGTERM)"
+        return "stopped by the harness: interrupted (Ctrl-C or SIGTERM)"
     last = m.failures[-1] if m.failures else None
     if last is not None and not last.injected and last.cause:
         what = f": {last.cause}"  # the job's own failure: its root cause
@@ -829,7 +869,7 @@ def run(spec: RunSpec, run_dir: Path, reference: bool = True, overwrite: bool = 
         cbr = (lambda s: progress("reference", s)) if progress else None
         ref = execute(spec.without_faults(), run_dir / "reference", cbr, timeout_s)
     with held_signals(reraise=False) as got:
-        summary = summarize(spec, run_dir, res, ref, ref_dir)
+        summary = summarize(spec, run_dir, res, ref, ref_dir, timeout_s=timeout_s)
         summary["timed_out"] = res.timed_out or bool(ref is not None and ref.timed_out)
         if ref is not None and ref.interrupted:
             summary["interrupted"] = True

@@ -36,6 +36,7 @@ from jitbench.harness.launch import (
     _rank0_progress,
     die_with_parent,
     held_signals,
+    mark_stop,
     reap,
     stop_agent,
 )
@@ -120,6 +121,7 @@ def launch_torchft(spec: RunSpec, run_dir: Path,
                         progress(dict(state))
                     if timeout_s is not None and time.monotonic() - t0 > timeout_s:
                         timed_out = True
+                        mark_stop(run_dir, "timeout")
                         break
                     if ended_at is None and any(p.poll() not in (None, 0) for p in procs):
                         ended_at = time.monotonic()  # an agent's restart budget ran out
@@ -128,6 +130,7 @@ def launch_torchft(spec: RunSpec, run_dir: Path,
                         break
             except KeyboardInterrupt:
                 interrupted = True
+                mark_stop(run_dir, "interrupt")
             finally:
                 with held_signals(reraise=False) as got:
                     store.set("shutdown", "1")

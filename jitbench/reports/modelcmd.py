@@ -57,6 +57,19 @@ class FromResults:
     path, state size and s/GB)."""
 
 
+def harness_stopped_rows(df: pd.DataFrame) -> pd.Series:
+    """Which rows of a records table are runs the harness stopped (``--timeout-s``,
+    Ctrl-C or SIGTERM): ``harness_stopped`` true, or, in tables written before that
+    column, ``timed_out`` or ``interrupted`` true. Their detection and recovery figures
+    measure the stop (a hang never detected reads as detected by the stop's SIGTERM),
+    so ``--from-results`` leaves them out."""
+    out = pd.Series(False, index=df.index)
+    for col in ("harness_stopped", "timed_out", "interrupted"):
+        if col in df.columns:
+            out |= df[col].map(lambda v: records.is_bool(v, True))
+    return out
+
+
 def load_from_results(paths: Sequence[Path]) -> FromResults:
     """Read each ``--from-results`` path: at most one records table (CSV or Parquet,
     one row per run, or the table of a sweep or run directory, or every run's
@@ -64,7 +77,9 @@ def load_from_results(paths: Sequence[Path]) -> FromResults:
     one ``jitbench io`` table (the CSV of ``jitbench io --csv``: it has the columns
     ``what``, ``mb``, ``seconds``).
 
-    Records: for each column of :data:`RESULT_COLUMNS` present, the median over rows
+    Records: runs the harness stopped are left out (:func:`harness_stopped_rows`;
+    ``info["excluded_harness_stopped"]`` counts them); for each column of
+    :data:`RESULT_COLUMNS` present, the median over rows
     where it is a finite number (NaN-tolerant), per layout of the ``parallel``
     column (:func:`~jitbench.reports.projection.costs_from_records`; absent: every
     row ``ddp``). Where a ``strategy`` column exists, ``step_time_s`` prefers
@@ -76,7 +91,8 @@ def load_from_results(paths: Sequence[Path]) -> FromResults:
     Raises:
         InputError: a missing/unreadable file, a table that is neither a records
             table with a cost nor an io table with a usable row, two tables of one
-            kind, a bad ``parallel`` cell, or a negative (or zero step) value.
+            kind, a bad ``parallel`` cell, a negative (or zero step) value, or a table
+            whose every run the harness stopped.
     """
     out = FromResults()
     for path in paths:
@@ -99,8 +115,14 @@ def load_from_results(paths: Sequence[Path]) -> FromResults:
         if out.records is not None:
             raise InputError(f"--from-results: {shown}: a second records table (the first: "
                              f"{out.info['path']}); give one, or a directory holding the runs")
+        stopped = harness_stopped_rows(df)
+        if len(df) and stopped.all():
+            raise InputError(f"--from-results: {shown}: every run in it was stopped by the "
+                             "harness (--timeout-s, Ctrl-C): none measured a recovery")
+        df = df[~stopped]
         out.records = costs_from_records(df, str(shown))
-        out.info.update({"path": str(shown), "rows": len(df), "layouts": out.records.rows})
+        out.info.update({"path": str(shown), "rows": len(df), "layouts": out.records.rows,
+                         "excluded_harness_stopped": int(stopped.sum())})
         if "world_size" in df.columns:
             ws = pd.to_numeric(df["world_size"], errors="coerce").dropna()
             if len(ws):
@@ -210,6 +232,10 @@ def _print_table(rows: list[dict[str, Any]], cross: dict[str, list[dict[str, Any
                           f"from {b['costs']}: {describe_crossovers(b)}", markup=False)
     info = loaded.info if loaded is not None else {}
     measured = [k for k, v in sources.items() if v == "results"]
+    if info.get("excluded_harness_stopped"):
+        console.print(f"left out {info['excluded_harness_stopped']} run(s) of "
+                      f"{info['path']} the harness stopped (--timeout-s, Ctrl-C): their "
+                      "detection and recovery times measure the stop", markup=False)
     if measured:
         layouts = ", ".join(f"{k} {n} rows" for k, n in (info.get("layouts") or {}).items())
         reps = params.replicas_per_shard

@@ -12,6 +12,7 @@ import pytest
 from jitbench.errors import ScheduleError
 from jitbench.faults.schedule import load_scenario, plan_from_options
 from tests.conftest import one_line
+from tests.unit.test_phases import _events as _attempt  # one event file
 
 # -- plans that place no fault in the run: refused before launch (exit 2) -------------
 
@@ -99,10 +100,6 @@ def test_hsdp_with_the_default_reduce_is_accepted():
     RunSpec(nproc=4, parallel="hsdp:2x2").validate()
 
 
-def _json(path):
-    return json.loads(path.read_text())
-
-
 # -- a --ckpt-dir whose newest checkpoint is past the planned fault -------------------
 
 
@@ -138,3 +135,204 @@ def test_a_fault_after_the_newest_checkpoint_or_at_restore_passes(tmp_path):
               FaultSpec("kill", 1, 4, params={"at": "restore"})):
         check_ckpt_dir(RunSpec(workload=WorkloadConfig(steps=60), nproc=2, faults=[f],
                                ckpt_dir=str(ck)))
+
+
+# -- completed_before of every attempt ------------------------------------------------
+
+
+def _every_attempt_run(tmp_path, attempts=3, trigger="collective_error"):
+    """``--fault kill --every-attempt --fault-step 4 --max-restarts 2``: attempt 0 runs
+    steps 1-3 and rank 1 is killed in step 4; rank 0 saves step 3; each later attempt
+    restores step 3 and is killed in step 4 again."""
+    for a in range(attempts):
+        t = 100.0 * a
+        for rank in (0, 1):
+            items = [("init", "end", t + 0.5, {})]
+            if a:
+                items += [("restore", "begin", t + 0.6, {}),
+                          ("restore", "end", t + 0.7, {"step": 3, "kind": "jit"})]
+            else:
+                for s in (1, 2, 3):
+                    items += [("step", "begin", t + s, {"step": s}),
+                              ("step", "end", t + s + 0.5, {"step": s, "dur_s": 0.5})]
+            items.append(("step", "begin", t + 4.0, {"step": 4}))
+            if rank == 1:
+                items.append(("fault", "point", t + 4.2, {"kind": "kill", "step": 4,
+                                                          "fault_id": "kill@1:4"}))
+            else:
+                items += [("failure", "point", t + 4.5, {"trigger": trigger}),
+                          ("save", "begin", t + 4.6, {"kind": "jit", "step": 3}),
+                          ("save", "end", t + 4.9, {"kind": "jit", "step": 3, "ok": True,
+                                                    "part": "p3"})]
+            _attempt(tmp_path / "events", a, rank, items)
+
+
+def test_completed_before_counts_the_restored_steps_of_every_attempt(tmp_path):
+    from jitbench import phases
+    from jitbench.harness.metrics import compute
+
+    _every_attempt_run(tmp_path)
+    m = compute(tmp_path, 12, 2)
+    assert [f.completed_before for f in m.failures] == [3, 3, 3]
+    assert [f.expected_replayed_steps for f in m.failures] == [0, 0, 0]
+    assert [f.replayed_steps for f in m.failures] == [0, 0, None]
+    t = phases.derive(phases.read_events(tmp_path), 2)
+    replay = t[(t["scope"] == "failure") & (t["phase"] == "replay")]
+    assert list(replay["step"]) == [3, 3]
+
+
+# -- a launch the harness stopped: no detection, harness_stopped ---------------------
+
+
+def _hang_run(tmp_path, detected_at=None):
+    """Rank 1 hangs in step 4 (t 4.2); the harness stops the launch at t 20 (its
+    ``harness_stop.json``), and rank 0 declares the failure on the stop's SIGTERM at
+    t 20.5; with ``detected_at``, its watchdog declared the hang before."""
+    for rank in (0, 1):
+        items = [("init", "end", 0.5, {})]
+        for s in (1, 2, 3):
+            items += [("step", "begin", s, {"step": s}),
+                      ("step", "end", s + 0.5, {"step": s, "dur_s": 0.5})]
+        items.append(("step", "begin", 4.0, {"step": 4}))
+        if rank == 1:
+            items.append(("fault", "point", 4.2, {"kind": "nccl-hang", "step": 4,
+                                                  "fault_id": "nccl-hang@1:4"}))
+        else:
+            if detected_at is not None:
+                items.append(("failure", "point", detected_at, {"trigger": "peer_hang"}))
+            items.append(("failure", "point", 20.5, {"trigger": "sigterm"}))
+        _attempt(tmp_path / "events", 0, rank, items)
+    (tmp_path / "harness_stop.json").write_text(json.dumps(
+        {"why": "timeout", "t_wall": 20.0, "t_mono": 20.0}))
+
+
+@pytest.mark.parametrize("detected_at, detect_s, trigger", [
+    (None, None, None), (10.2, 10.2 - 4.2, "peer_hang")])
+def test_a_launch_the_harness_stopped_reports_no_detection_of_its_own(
+        tmp_path, detected_at, detect_s, trigger):
+    from jitbench import phases
+    from jitbench.harness.metrics import compute
+
+    _hang_run(tmp_path, detected_at)
+    stop = phases.harness_stop(tmp_path)
+    assert stop == {"why": "timeout", "t_wall": 20.0, "t_mono": 20.0}
+    evs = phases.without_stop_failures(phases.read_events(tmp_path), stop)
+    m = compute(tmp_path, 12, 2, events=evs, phase_table=phases.derive(evs, 2), stop=stop)
+    (f,) = m.failures
+    assert f.harness_stopped and f.trigger == trigger
+    assert f.detect_s == pytest.approx(detect_s) if detect_s else f.detect_s is None
+    # without the stop's record (a run that ended by itself) the sigterm counts as before
+    m = compute(tmp_path, 12, 2, events=phases.read_events(tmp_path))
+    assert not m.failures[0].harness_stopped and m.failures[0].detect_s is not None
+
+
+def test_mark_stop_records_the_first_stop_only(tmp_path):
+    from jitbench import phases
+    from jitbench.harness.launch import STOP_FILE, mark_stop
+
+    assert STOP_FILE == phases.STOP_FILE and phases.harness_stop(tmp_path) is None
+    mark_stop(tmp_path, "timeout")
+    first = phases.harness_stop(tmp_path)
+    mark_stop(tmp_path, "interrupt")
+    assert phases.harness_stop(tmp_path) == first and first["why"] == "timeout"
+    mark_stop(None, "timeout")  # a launcher without a run directory: nothing
+
+
+def _summarize_hang(tmp_path, ref=None, timeout_s=8.0):
+    from jitbench.faults import FaultSpec
+    from jitbench.harness.launch import LaunchResult
+    from jitbench.harness.run import summarize
+    from jitbench.harness.spec import RunSpec
+    from jitbench.workloads import WorkloadConfig
+
+    spec = RunSpec(workload=WorkloadConfig(steps=12), faults=[FaultSpec("nccl-hang", 1, 4)])
+    res = LaunchResult(-15, 9.43, False, tmp_path / "agent.log", timed_out=True)
+    return summarize(spec, tmp_path, res, ref, timeout_s=timeout_s)
+
+
+def test_the_summary_of_a_stopped_hang_names_the_timeout_as_configured(tmp_path):
+    _hang_run(tmp_path)
+    s = _summarize_hang(tmp_path)
+    assert s["harness_stopped"] and s["detect_s"] is None and s["trigger"] is None
+    assert s["failures"][0]["harness_stopped"] is True
+    assert s["end_reason"] == ("stopped by the harness: --timeout-s 8 s ran out (launch "
+                               "stopped after 9.4 s)")
+    assert s["timeout_s"] == 8.0
+
+
+# -- a reference cut short is said so and never compared ------------------------------
+
+
+def _finished_run(d):
+    import torch
+
+    for rank in (0, 1):
+        items = [("init", "end", 0.5, {})]
+        for s in (1, 2):
+            items += [("step", "begin", s, {"step": s}),
+                      ("step", "end", s + 0.5, {"step": s, "dur_s": 0.5})]
+        items.append(("done", "point", 3.0, {"step": 2}))
+        _attempt(d / "events", 0, rank, items)
+    (d / "final").mkdir(parents=True)
+    torch.save({"w": torch.ones(3)}, d / "final" / "state.pt")
+
+
+@pytest.mark.parametrize("cut", [None, "interrupted", "timed_out"])
+def test_a_reference_cut_short_is_named_and_not_compared(tmp_path, cut):
+    from jitbench.harness.launch import LaunchResult
+    from jitbench.harness.run import summarize
+    from jitbench.harness.spec import RunSpec
+    from jitbench.workloads import WorkloadConfig
+
+    run_dir = tmp_path / "run"
+    _finished_run(run_dir)
+    _finished_run(run_dir / "reference")  # a partial reference's state: same bytes here
+    ref = LaunchResult(0 if cut is None else -15, 1.0, cut == "interrupted",
+                       timed_out=cut == "timed_out")
+    spec = RunSpec(workload=WorkloadConfig(steps=2))
+    s = summarize(spec, run_dir, LaunchResult(0, 3.0), ref)
+    if cut is None:
+        assert s["reference_complete"] and s["state_equal"] is True
+        assert s["end_reason"] == "completed" and s["reference_cut_short"] is None
+        return
+    assert s["reference_complete"] is False and s["state_equal"] is None
+    assert s["sample_stream_equal"] is None and s["reference_cut_short"]
+    assert s["end_reason"].startswith("completed; the fault-free reference was ")
+    assert "not compared" in s["end_reason"]
+
+
+def test_the_exit_line_says_the_reference_was_interrupted(tmp_path):
+    from jitbench.cli.run import outcome_status
+    from jitbench.errors import ExitStatus
+
+    s = {"interrupted": True, "completed": True,
+         "reference_cut_short": "interrupted (Ctrl-C or SIGTERM)"}
+    status, line = outcome_status(s, "jit", tmp_path, None)
+    assert status == ExitStatus.INTERRUPTED
+    assert "the fault-free reference was interrupted (Ctrl-C or SIGTERM)" in line
+
+
+# -- model --from-results leaves out runs the harness stopped -------------------------
+
+
+def test_model_from_results_leaves_out_runs_the_harness_stopped(tmp_path, capsys):
+    import pandas as pd
+
+    from jitbench.errors import InputError
+    from jitbench.reports.modelcmd import load_from_results
+
+    table = tmp_path / "records.csv"
+    pd.DataFrame({
+        "strategy": ["jit", "jit", "jit", "jit"],
+        "detect_s": [2.0, 2.0, 50.0, 60.0],
+        "restart_s": [4.0, 4.0, 4.0, 4.0],
+        "harness_stopped": [False, False, True, None],
+        "timed_out": [False, False, True, True],  # an older row: no harness_stopped
+    }).to_csv(table, index=False)
+    got = load_from_results([table])
+    assert got.records.ddp["detect_s"] == 2.0
+    assert got.info["excluded_harness_stopped"] == 2 and got.info["rows"] == 2
+    pd.DataFrame({"strategy": ["jit"], "detect_s": [50.0], "interrupted": [True]}).to_csv(
+        table, index=False)
+    with pytest.raises(InputError, match="every run in it was stopped by the harness"):
+        load_from_results([table])
