@@ -17,6 +17,8 @@ torch, no harness), so the reports may use it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -26,7 +28,7 @@ from typing import Any
 from jitbench.errors import ExitStatus, InputError
 
 __all__ = ["KEY_COLUMNS", "RESULTS_VERSION", "SCHEMA", "SUMMARY_VERSION", "Field",
-           "check_cells", "empty_cell", "fault_kinds", "find_table", "is_bool", "load_failures", "load_results", "table_verdict",
+           "check_cells", "empty_cell", "fault_kinds", "find_table", "is_bool", "load_failures", "load_results", "spec_hash", "table_verdict",
            "verdict"]
 
 SUMMARY_VERSION = 1
@@ -286,6 +288,62 @@ def check_cells(t, name: str = "results") -> None:
 _TABLES = ("results.parquet", "results.csv", "records.parquet", "records.csv")
 
 
+def spec_hash(spec: dict) -> str:
+    """The ``spec_hash`` of a run spec given as a dict (``dataclasses.asdict`` of a
+    ``RunSpec`` or ``ScriptSpec``, or a results row's ``spec_json`` as read): the
+    first 12 hex digits of the SHA-256 of its canonical JSON (sorted keys, indent 2:
+    the text of ``RunSpec.to_json``). The sweep hashes its specs with this, and the
+    gate, ``validate`` and ``report`` recompute it from ``spec_json``."""
+    return hashlib.sha256(json.dumps(spec, indent=2, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _same_cell(a: Any, b: Any) -> bool:
+    """Two cells of one column, read from a parquet and a CSV file, hold the same
+    value: both empty, equal numbers (to 1e-9 relative), equal flags or equal text."""
+    if empty_cell(a) or empty_cell(b):
+        return empty_cell(a) and empty_cell(b)
+    a, b = (v.item() if hasattr(v, "item") else v for v in (a, b))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return is_bool(b, a) if isinstance(a, bool) else is_bool(a, b)
+    try:
+        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
+    except (TypeError, ValueError):
+        return str(a).strip() == str(b).strip()
+
+
+def _check_twins(table: Path, t, shown: str) -> None:
+    """A directory's ``.parquet`` table and the ``.csv`` beside it (the sweep and the
+    run write both) must agree: the same columns, rows and cells.
+
+    Raises:
+        InputError: they differ (one line naming both files and the first difference).
+    """
+    twin = table.with_suffix(".csv")
+    if table.suffix != ".parquet" or not twin.is_file():
+        return
+    other = _read(twin, str(twin))
+    why = ""
+    if set(t.columns) != set(other.columns):
+        cols = sorted(set(t.columns) ^ set(other.columns))
+        why = f"columns differ ({', '.join(map(str, cols[:4]))})"
+    elif len(t) != len(other):
+        why = f"{len(t)} rows in {table.name}, {len(other)} in {twin.name}"
+    else:
+        for col in t.columns:
+            for i, (a, b) in enumerate(zip(t[col].tolist(), other[col].tolist(), strict=True)):
+                if not _same_cell(a, b):
+                    label = "/".join(str(t.iloc[i][k]) for k in LABEL_COLUMNS if k in t.columns)
+                    why = (f"row {i + 1}{f' ({label})' if label else ''} {col}: {a!r} in "
+                           f"{table.name}, {b!r} in {twin.name}")
+                    break
+            if why:
+                break
+    if why:
+        raise InputError(f"{shown}: {table.name} and {twin.name} differ ({why}): one was "
+                         "edited or is stale; nothing was read (keep the right one, remove "
+                         "the other)")
+
+
 def find_table(directory: str | Path) -> Path | None:
     """The results (a sweep) or records (a run) table in ``directory``, or None."""
     d = Path(directory)
@@ -348,6 +406,7 @@ def load_results(path: str | Path, require: tuple[str, ...] = KEY_COLUMNS,
         table = find_table(p)
         if table is not None:
             t = read(table)
+            _check_twins(table, t, str(path))
             if table.name.startswith("records"):
                 t = _as_results(t, p)
         else:

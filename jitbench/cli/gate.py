@@ -35,7 +35,9 @@ def gate(
 
     Exit 4 if an invariant is broken, 5 on a timing regression, 6 if the
     results are not comparable with the baseline, 2 if a table is unusable (not a
-    sweep's results, or a timing that is not empty or a number of seconds >= 0)."""
+    sweep's results, a timing that is not empty or a number of seconds >= 0, or a
+    record its evidence contradicts: an edited spec_hash, replay_ok true over replayed
+    steps that break the promise, results.parquet and results.csv that differ)."""
     for flag, v in (("--tolerance", tolerance), ("--floor-s", floor_s)):
         if not (math.isfinite(v) and v >= 0):
             raise SpecError(f"{flag} must be a finite number >= 0, got {v}")
@@ -55,6 +57,10 @@ def gate(
                           name=f"--baseline {_shown(baseline)}")
     new_t = load_results(results, require=need, what="sweep results",
                          name=str(_shown(results)))
+    from jitbench.reports.evidence import check_evidence
+
+    check_evidence(base_t, f"--baseline {_shown(baseline)}", baseline)
+    check_evidence(new_t, str(_shown(results)), results)
     try:
         verdict = g.compare(base_t, new_t, tolerance=tolerance, floor_s=floor_s,
                             strict_machine=strict_machine,

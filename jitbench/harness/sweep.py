@@ -38,7 +38,6 @@ the gate compares field by field), ``run_wall_s`` and ``results_version``. The c
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
@@ -53,6 +52,7 @@ from jitbench.harness.script import STRATEGIES as SCRIPT_STRATEGIES
 from jitbench.harness.script import ScriptSpec, run_script
 from jitbench.harness.spec import RunSpec, SpecError, Strategy
 from jitbench.records import RESULTS_VERSION, verdict
+from jitbench.records import spec_hash as records_spec_hash
 from jitbench.workloads import WORKLOADS, WorkloadConfig
 
 SCRIPT_PREFIX = "script:"
@@ -251,8 +251,10 @@ class SweepConfig:
 
 
 def spec_hash(spec: RunSpec | ScriptSpec) -> str:
-    """SHA-256 prefix (12 hex digits) of the spec's JSON: equal for repeats of one config."""
-    return hashlib.sha256(spec.to_json().encode()).hexdigest()[:12]
+    """SHA-256 prefix (12 hex digits) of the spec's JSON: equal for repeats of one config
+    (:func:`jitbench.records.spec_hash`, which the gate, ``validate`` and ``report``
+    recompute from a row's ``spec_json``)."""
+    return records_spec_hash(json.loads(spec.to_json()))
 
 
 def _slug(text: str) -> str:

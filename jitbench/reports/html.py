@@ -80,9 +80,13 @@ def _load_table(d: Path):
     without a column of :data:`REPORT_COLUMNS` is refused in one line, like one
     without a key column (:class:`jitbench.errors.InputError`), before anything is
     written."""
+    from jitbench.reports.evidence import check_evidence
+
     if records.find_table(d) is None:
         return None
-    return records.load_results(d, require=REPORT_COLUMNS)
+    t = records.load_results(d, require=REPORT_COLUMNS)
+    check_evidence(t, str(records.find_table(d)), d)
+    return t
 
 
 def _run_dir(root: Path, recorded: str) -> Path | None:

@@ -64,9 +64,13 @@ def load_results(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
     Raises:
         InputError: nothing usable at ``path``, or not a jitbench records/results
-            table (it lacks one of :data:`RUN_COLUMNS`); a ValueError.
+            table (it lacks one of :data:`RUN_COLUMNS`), or a row that contradicts its
+            evidence (:func:`jitbench.reports.evidence.check_evidence`); a ValueError.
     """
+    from jitbench.reports.evidence import check_evidence
+
     runs = records.load_results(path, require=RUN_COLUMNS, what="records or results")
+    check_evidence(runs, str(path), path)
     return runs, records.load_failures(path, runs)
 
 

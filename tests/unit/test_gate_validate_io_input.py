@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from jitbench.errors import InputError
+from jitbench.records import spec_hash
 from jitbench.reports import gate as g
 from jitbench.reports.validate import validation_table
 from tests.conftest import one_line
@@ -399,7 +400,8 @@ def test_report_refuses_an_unreadable_sweep_description_and_drops_stale_figures(
 
 def test_gate_names_a_spec_that_is_not_json_and_tolerates_an_unrecorded_world_size(jb,
                                                                                    tmp_path):
-    good = _rows().assign(spec_json=json.dumps({"steps": 8, "nproc": 2}))
+    spec = {"steps": 8, "nproc": 2}  # the hash is the spec's (gate recomputes it)
+    good = _rows().assign(spec_json=json.dumps(spec), spec_hash=spec_hash(spec))
     bad = good.copy()
     bad.loc[0, "spec_json"] = "{bad"
     gp, bp = tmp_path / "good.csv", tmp_path / "bad.csv"
