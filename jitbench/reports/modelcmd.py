@@ -20,6 +20,7 @@ import pandas as pd
 
 from jitbench import records
 from jitbench.errors import InputError
+from jitbench.reports.evidence import check_evidence
 from jitbench.reports.model import SECONDS_PER_HOUR, ModelParams
 from jitbench.reports.projection import (  # noqa: F401 (RESULT_COLUMNS: the CLI reads it)
     CROSSOVER_REPLICAS,
@@ -91,8 +92,10 @@ def load_from_results(paths: Sequence[Path]) -> FromResults:
     Raises:
         InputError: a missing/unreadable file, a table that is neither a records
             table with a cost nor an io table with a usable row, two tables of one
-            kind, a bad ``parallel`` cell, a negative (or zero step) value, or a table
-            whose every run the harness stopped.
+            kind, a bad ``parallel`` cell, a negative (or zero step) value, a records
+            row its own evidence contradicts
+            (:func:`jitbench.reports.evidence.check_evidence`), or a table whose every
+            run the harness stopped.
     """
     out = FromResults()
     for path in paths:
@@ -115,6 +118,10 @@ def load_from_results(paths: Sequence[Path]) -> FromResults:
         if out.records is not None:
             raise InputError(f"--from-results: {shown}: a second records table (the first: "
                              f"{out.info['path']}); give one, or a directory holding the runs")
+        try:  # a row its own evidence contradicts is no cost to model from
+            check_evidence(df, str(shown), path)
+        except InputError as exc:
+            raise InputError(f"--from-results: {exc}") from None
         stopped = harness_stopped_rows(df)
         if len(df) and stopped.all():
             raise InputError(f"--from-results: {shown}: every run in it was stopped by the "

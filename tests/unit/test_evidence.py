@@ -1,4 +1,4 @@
-"""``gate``, ``validate`` and ``report`` cross-check a table's recorded conclusions
+"""``gate``, ``validate``, ``report`` and ``model --from-results`` cross-check a table's recorded conclusions
 against the evidence beside them (new-user trial): a ``jit`` row with 3 replayed
 steps in one failure and ``replay_ok`` true, an edited ``spec_hash``, a
 ``results.parquet`` that a ``results.csv`` beside it contradicts, and a
@@ -110,7 +110,8 @@ def test_gate_validate_and_report_refuse_a_record_its_evidence_contradicts(
     good = _sweep(tmp_path / "good")
     for args in (("gate", "--baseline", str(good), str(sw)),
                  ("gate", "--baseline", str(sw), str(good)),
-                 ("validate", str(sw)), ("report", str(sw))):
+                 ("validate", str(sw)), ("report", str(sw)),
+                 ("model", "--trials", "1", "--from-results", str(sw))):
         code, err = jb(*args)
         line = one_line(err)
         assert code == ExitStatus.INPUT, (args, err)
