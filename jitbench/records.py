@@ -517,7 +517,10 @@ def verdict(summary: dict, strict: bool = False) -> tuple[ExitStatus, str]:
 
     In order: interrupted (130); a worker refused its input, e.g. another job's
     checkpoint directory (2); the launch timed out or the job did not complete
-    (3); the final state differs from the reference (4; not for a strategy whose
+    (3); the fault-free reference did not run to its end (``reference_cut_short``:
+    it failed or was stopped), so the final states were not compared (3; not for a
+    strategy whose summary says ``bitwise_promised`` false); the final state
+    differs from the reference (4; not for a strategy whose
     summary says ``bitwise_promised`` false, such as ``torchft``); ``jit`` replayed more
     than one step in a failure, or a failure replayed other than the steps since
     the newest committed checkpoint (4; not for a summary with ``replay_promised``
@@ -545,6 +548,11 @@ def verdict(summary: dict, strict: bool = False) -> tuple[ExitStatus, str]:
         why = s.get("end_reason") or (f"agent exit {s.get('agent_exit')}, "
                                       f"{s.get('attempts')} attempts")
         return ExitStatus.RUN_FAILED, f"the job did not complete: {why}"
+    cut = s.get("reference_cut_short")
+    if isinstance(cut, str) and cut and not is_bool(s.get("bitwise_promised"), False):
+        # the fault-free reference itself failed or was stopped: the oracle never ran
+        return ExitStatus.RUN_FAILED, (f"the fault-free reference was {cut} before its "
+                                       "end, so the final states were not compared")
     unfired = list(s.get("unfired") or [])
     n_unfired = len(unfired) or int(_num(s.get("unfired_faults")))
     if strict and n_unfired:

@@ -386,7 +386,9 @@ def outcome_status(s: dict, strategy: str, run_dir: Path,
     """The exit status of a finished run (:func:`jitbench.records.verdict`) and the
     line that explains it, with where to look. ``s`` is the run's summary; a run
     whose planned faults partly never fired succeeds with a warning line; a reference
-    cut short (``reference_cut_short``) is named in the line. ``strategy`` is the one
+    cut short (``reference_cut_short``) is named in the line, and one that failed or
+    was stopped while the run completed is exit 3 (its final states were not
+    compared), pointing at the reference's ``agent.log``. ``strategy`` is the one
     run (a summary names it too)."""
     from jitbench.records import verdict
 
@@ -401,7 +403,10 @@ def outcome_status(s: dict, strategy: str, run_dir: Path,
     if status == ExitStatus.RUN_FAILED:
         if s.get("timed_out") and timeout_s is not None:
             why = f"the run was stopped after --timeout-s {timeout_s:g} s{ref}"
-        return status, f"error: {why}; see {run_dir / 'agent.log'}"
+        # a completed run whose reference failed: the reference's own log says why
+        log = (run_dir / "reference" / "agent.log" if cut and s.get("completed")
+               and not s.get("timed_out") else run_dir / "agent.log")
+        return status, f"error: {why}; see {log}"
     return status, f"error: {why} (records kept in {run_dir})"
 
 

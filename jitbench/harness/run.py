@@ -348,7 +348,7 @@ def reference_cut_short(ref: LaunchResult | None) -> str | None:
     if ref.timed_out:
         return "stopped by the harness after its timeout"
     if ref.returncode != 0:
-        return f"failed (agent exit {ref.returncode})"
+        return f"stopped by a failure (agent exit {ref.returncode})"
     return None
 
 

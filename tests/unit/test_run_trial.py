@@ -312,6 +312,25 @@ def test_the_exit_line_says_the_reference_was_interrupted(tmp_path):
     assert "the fault-free reference was interrupted (Ctrl-C or SIGTERM)" in line
 
 
+def test_a_completed_run_whose_reference_failed_is_exit_3(tmp_path):
+    """A fault-free reference that failed on its own leaves the oracle unrun: the run
+    is not a pass (exit 3, the reference's log named), under a strategy that promises
+    the fault-free state; one that does not (torchft) is not judged on it."""
+    from jitbench.cli.run import outcome_status
+    from jitbench.errors import ExitStatus
+
+    s = {"completed": True, "state_equal": None, "replay_ok": True,
+         "reference_cut_short": "stopped by a failure (agent exit 1)"}
+    status, line = outcome_status(s, "jit", tmp_path, None)
+    assert status == ExitStatus.RUN_FAILED, line
+    assert "the fault-free reference was stopped by a failure (agent exit 1)" in line
+    assert str(tmp_path / "reference" / "agent.log") in line
+    status, _ = outcome_status({**s, "bitwise_promised": False}, "torchft", tmp_path, None)
+    assert status == ExitStatus.OK
+    status, _ = outcome_status({**s, "reference_cut_short": None}, "jit", tmp_path, None)
+    assert status == ExitStatus.OK
+
+
 # -- model --from-results leaves out runs the harness stopped -------------------------
 
 
