@@ -356,11 +356,12 @@ def _poisson_entry(where: str, e: dict, nproc: int, steps: int, seed: int,
     return out
 
 
-def empty_draw(where: str, steps: int, seed: int, mtbf_steps: float | None,
+def empty_draw(where: str, steps: int, seed: int | list[int], mtbf_steps: float | None,
                mtbf_s: float | None, horizon_s: float | None) -> str:
     """The one line refusing a Poisson plan whose seeded draw placed no fault in the
     run (``where`` starts it: the scenario entry or the flag). The draw is a pure
-    function of ``seed``, made before launch, so such a plan would run fault-free."""
+    function of ``seed``, made before launch, so such a plan would run fault-free.
+    ``seed`` a list: a sweep's seeds, every one of whose draws is empty."""
     if mtbf_steps is not None:
         span = (f"in steps 1..{steps - 1} of the {steps}-step run" if steps_known(steps)
                 else "in the run")
@@ -368,9 +369,12 @@ def empty_draw(where: str, steps: int, seed: int, mtbf_steps: float | None,
     else:
         span = f"within horizon_s {horizon_s:g} s"
         mtbf = f"an MTBF of {mtbf_s:g} s"
-    return (f"{where}: with {mtbf} the seeded draw (seed {seed}) places no fault {span}, "
-            "so the run would be fault-free; lower the MTBF, run more steps or pick another "
-            "seed")
+    if isinstance(seed, list):
+        drawn = (f"the seeded draw of every seed ({', '.join(map(str, seed))})", "sweep")
+    else:
+        drawn = (f"the seeded draw (seed {seed})", "run")
+    return (f"{where}: with {mtbf} {drawn[0]} places no fault {span}, so the {drawn[1]} "
+            "would be fault-free; lower the MTBF, run more steps or pick another seed")
 
 
 def check_unique(faults: list[FaultSpec], where: str | None = "fault plan") -> None:

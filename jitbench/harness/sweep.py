@@ -179,6 +179,14 @@ class SweepConfig:
                 raise SpecError("--fault-count applies to --fault-mtbf-steps")
             if self.fault_count < 1:
                 raise SpecError(f"--fault-count must be >= 1, got {self.fault_count}")
+        if self.fault_mtbf_steps is not None and self.faults and not any(
+                self._faults(f, seed) for f in self.faults for seed in self.seeds):
+            # a seed whose draw is empty is a fault-free sample of the process (kept);
+            # a matrix in which every draw is empty would measure no recovery at all
+            from jitbench.faults.schedule import empty_draw
+
+            raise SpecError(empty_draw("--fault-mtbf-steps", self.steps, list(self.seeds),
+                                       self.fault_mtbf_steps, None, None))
         for w in self.workloads:
             for s in self.strategies:
                 self.spec(w, s, self.faults[0], self.seeds[0]).validate()

@@ -355,3 +355,26 @@ def test_model_from_results_leaves_out_runs_the_harness_stopped(tmp_path, capsys
         table, index=False)
     with pytest.raises(InputError, match="every run in it was stopped by the harness"):
         load_from_results([table])
+
+
+def test_a_sweep_whose_every_poisson_draw_is_empty_is_refused():
+    """A sweep seed with no arrival is a fault-free sample of the Poisson process and
+    kept; a matrix in which no seed's draw places a fault would measure no recovery:
+    refused before anything starts, naming the seeds."""
+    from jitbench.errors import SpecError
+    from jitbench.harness.sweep import SweepConfig
+
+    def cfg(steps, mtbf, seeds):
+        return SweepConfig(workloads=["gpt"], strategies=["jit"], faults=["kill"],
+                           steps=steps, fault_mtbf_steps=mtbf, seeds=seeds)
+
+    with pytest.raises(SpecError) as err:
+        cfg(6, 1000, [0, 1]).validate()
+    assert "every seed (0, 1)" in str(err.value) and "sweep would be fault-free" in str(err.value)
+    ok = cfg(30, 10, [0, 1])
+    ok.validate()
+    # a seed whose draw is empty beside one that is not: the matrix runs both
+    mixed = [s for s in range(40) if not cfg(12, 40, [s])._faults("kill", s)]
+    full = [s for s in range(40) if cfg(12, 40, [s])._faults("kill", s)]
+    assert mixed and full
+    cfg(12, 40, [mixed[0], full[0]]).validate()
