@@ -67,8 +67,16 @@ The header names the machine (CPU, ``nproc``, load average before and after;
 the GPU with ``--device cuda``), the commit, Python and torch. Figures are wall
 times on a shared machine: compare medians of runs taken at similar load.
 
+``floor: ...`` (:func:`floor`, ``--floor-rounds``): the least any boundary work
+costs on the training thread here, measured after steps of the same workload with
+no runtime: an empty call; a clock, a lock, torch's CPU RNG copy and one record
+(the bare minimum of a JIT boundary); the same with every RNG stream. What the
+runtime costs above the last is its hyper-parameters, scheduler, buffers, event
+line and bookkeeping; the last itself is the price, on this machine, of a boundary
+that keeps the RNG (which no design can defer: the next step's forward draws).
+
     PYTHONPATH=. python benchmarks/runtime_step_cost.py [--steps 300] [--ab-rounds 60]
-        [--device cpu|cuda] [--out FILE]
+        [--floor-rounds 60] [--device cpu|cuda] [--out FILE]
 
 Exit status: 0; 2 for ``--device cuda`` where torch sees no GPU (one line).
 
@@ -328,6 +336,77 @@ def added_by_runtime(rounds: int, warmup: int, size: str, batch_size: int, tmp: 
             "gap difference (paired)": [x - y for x, y in zip(a, b, strict=True)]}
 
 
+FLOOR_PROBES = ("floor: an empty call",
+                "floor: clock + lock + torch's CPU RNG copy + a record",
+                "floor: clock + lock + every RNG stream + a record")
+
+
+def floor(rounds: int, warmup: int, size: str, batch_size: int,
+          device: torch.device = torch.device("cpu"), seed: int = 0) -> dict:
+    """The least any boundary work costs on the training thread here: the same workload
+    with no runtime, and right after each step's own work (after ``loss.item()``, as
+    :func:`added_by_runtime`'s gap starts) one probe, timed once, from the caches the
+    step left. The probes, drawn per step in an order from ``random.Random(seed)``,
+    each timed on ``rounds`` steps after ``warmup`` excluded ones:
+
+    - an empty call (the timer pair and one Python call);
+    - a clock read, the acquire and release of a lock, a copy of torch's CPU RNG
+      state (``default_generator.get_state``, 5,056 bytes) and one tuple appended
+      to a deque: the bare minimum of a JIT boundary (the state lock, the RNG, a
+      record of the step end), without the hyper-parameters, scheduler, buffers or
+      the event line;
+    - the same with every RNG stream (:func:`jitbench.runtime.rng.capture_rng_raw`:
+      python's and numpy's unmoved-stream checks, the CUDA check).
+
+    Returns:
+        ``{probe name: [s]}`` (:data:`FLOOR_PROBES`), ``rounds`` values each.
+    """
+    import collections
+    import threading
+
+    torch.manual_seed(0)
+    n = len(FLOOR_PROBES)
+    cfg = WorkloadConfig(name="gpt", size=size, steps=n * (rounds + warmup) + 1,
+                         batch_size=batch_size, extra={"max_bytes": 200_000})
+    wl = build_workload(cfg, 0, 1, device)
+    lock, record, clock = threading.Lock(), collections.deque(maxlen=64), time.monotonic
+    torch_state = torch.default_generator.get_state
+
+    def empty() -> None:
+        pass
+
+    def bare() -> None:
+        t = clock()
+        with lock:
+            state = torch_state()
+        record.append((t, state))
+
+    def streams() -> None:
+        t = clock()
+        with lock:
+            state = capture_rng_raw()
+        record.append((t, state))
+
+    probes = dict(zip(FLOOR_PROBES, (empty, bare, streams), strict=True))
+    out: dict[str, list[float]] = {k: [] for k in FLOOR_PROBES}
+    order = random.Random(seed)
+    step = 0
+    for r in range(rounds + warmup):
+        for name in order.sample(FLOOR_PROBES, n):
+            step += 1
+            loss = wl.loss(wl.model, wl.batch(step, 0))
+            loss.backward()
+            wl.optimizer.step()
+            wl.optimizer.zero_grad(set_to_none=True)
+            wl.scheduler.step()
+            loss.item()
+            t0 = time.perf_counter()
+            probes[name]()
+            if r >= warmup:
+                out[name].append(time.perf_counter() - t0)
+    return out
+
+
 def median_ci(xs: list[float], resamples: int = 2000, seed: int = 0,
               level: float = 0.95) -> tuple[float, float, float]:
     """The median of ``xs`` and its percentile-bootstrap interval (``resamples``
@@ -389,6 +468,8 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--ab-rounds", type=int, default=60,
                     help="paired rounds of the A/B boundary-gap measurement (0: skip it)")
+    ap.add_argument("--floor-rounds", type=int, default=60,
+                    help="steps per probe of the floor measurement (0: skip it)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="train on the CPU or on the first GPU (default cpu)")
     ap.add_argument("--out", type=Path, help="also append the table to this file")
@@ -403,6 +484,9 @@ def main() -> int:
         if a.ab_rounds > 0:
             times.update(added_by_runtime(a.ab_rounds, max(1, a.warmup // 4), a.size,
                                           a.batch_size, Path(d), device))
+        if a.floor_rounds > 0:
+            times.update(floor(a.floor_rounds, max(1, a.warmup // 4), a.size, a.batch_size,
+                               device))
     text = report(times, a.steps, a.size, a.batch_size, load0, os.getloadavg(), device)
     print(text, end="")
     if a.out:

@@ -444,7 +444,8 @@ def test_an_interrupted_overhead_run_exits_130_not_3(jb, tmp_path, monkeypatch, 
 def test_runtime_step_cost_script_prints_every_component_and_the_ab_line(tmp_path):
     """benchmarks/runtime_step_cost.py (what tests/gpu/device_checks.sh runs on a lent
     GPU) at the tiny size: every component row, the pre-hook inside begin + pre-hook +
-    end, and the A/B line whose median is the paired gaps' median difference."""
+    end, the A/B line whose median is the paired gaps' median difference, and the three
+    floor probes."""
     import subprocess
     import sys
 
@@ -452,7 +453,8 @@ def test_runtime_step_cost_script_prints_every_component_and_the_ab_line(tmp_pat
     out = tmp_path / "cost.txt"
     proc = subprocess.run(
         [sys.executable, str(root / "benchmarks" / "runtime_step_cost.py"), "--size", "tiny",
-         "--steps", "6", "--warmup", "2", "--ab-rounds", "4", "--out", str(out)],
+         "--steps", "6", "--warmup", "2", "--ab-rounds", "4", "--floor-rounds", "3",
+         "--out", str(out)],
         capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert out.read_text().strip() == proc.stdout.strip()
@@ -467,6 +469,9 @@ def test_runtime_step_cost_script_prints_every_component_and_the_ab_line(tmp_pat
         assert name in rows, (name, proc.stdout)
     assert rows["begin + pre-hook + end"][1] == rows["_begin (training thread)"][1] == 6
     assert rows["gap difference (paired)"][1] == 4
+    # the floor: each probe timed once per round, the RNG copy inside every stream's
+    floors = [rows[k] for k in rows if k.startswith("floor: ")]
+    assert len(floors) == 3 and all(n == 3 and us > 0 for us, n in floors), proc.stdout
     # begin + pre-hook + end holds the pre-hook: its median exceeds the pre-hook's
     assert rows["begin + pre-hook + end"][0] > rows["optimizer pre-hook (training thread)"][0] > 0
     ab = [ln for ln in proc.stdout.splitlines() if ln.startswith("# added by the runtime")]
