@@ -194,7 +194,10 @@ def sweep(
     t = res.table
     if not as_json:
         console.out().print(results_table(t))
-        console.out().print(f"sweep directory: {out_dir}  ({len(t)} runs, wall {res.wall_s:.0f} s)")
+        session = (f", this session {res.session_wall_s:.0f} s"
+                   if res.session_wall_s < res.wall_s - 0.5 else "")
+        console.out().print(f"sweep directory: {out_dir}  ({len(t)} runs, wall "
+                            f"{res.wall_s:.0f} s in all{session})")
     from jitbench.records import table_verdict
 
     status, lines = table_verdict(t)

@@ -4,6 +4,7 @@ A sweep directory::
 
     SWEEP_DIR/
       sweep.json                  the sweep's config, its scripts, provenance and wall time
+                                  (summed over its sessions: --resume adds one)
       refs/<workload>-s<seed>/    one fault-free reference run per training spec
       runs/<workload>-<strategy>-<fault>-s<seed>-r<repeat>/   one run directory each
       results.parquet, results.csv   one row per run (RESULTS_VERSION columns below)
@@ -282,6 +283,9 @@ class SweepResult:
     """The results (pandas DataFrame), one row per run."""
     sweep_dir: Path
     wall_s: float
+    """The sweep's wall time in seconds, over every session (``--resume`` adds one)."""
+    session_wall_s: float = 0.0
+    """This session's share of ``wall_s`` (s)."""
 
 
 def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite: bool = False,
@@ -297,21 +301,19 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
         overwrite: replace a non-empty ``sweep_dir``.
         on_run: called after every run (and reference) with its record row.
 
+    ``sweep.json`` keeps the first session's ``created``; each session (this one, and
+    each earlier one, interrupted or complete) is an entry of ``sessions`` (its start
+    and wall time in s), and ``wall_s`` is their sum.
+
     Raises:
-        SpecError: invalid matrix, or a non-empty directory without resume/overwrite.
+        SpecError: invalid matrix, or a non-empty directory without resume/overwrite;
+            a ``resume`` without a sweep to continue, or with ``overwrite``
+            (:func:`check_resume_target`), or with another matrix (:func:`check_resume`).
         KeyboardInterrupt: Ctrl-C or SIGTERM stopped a run or reference: the sweep
             stops there (the stopped run's directory and summary are kept, marked
             ``interrupted``; ``resume`` runs it again).
     """
-    import pandas as pd
-
-    from jitbench.harness.run import (
-        code_version,
-        machine_fingerprint,
-        prepare_dir,
-        record_row,
-        run,
-    )
+    from jitbench.harness.run import prepare_dir
 
     cfg.validate()
     if sweep_dir.exists() and not sweep_dir.is_dir():
@@ -319,16 +321,43 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
     if not resume:
         prepare_dir(sweep_dir, overwrite, flag="--out", what="sweep directory",
                     marker="sweep.json")
-    elif (sweep_dir / "sweep.json").exists():
+    else:
+        check_resume_target(sweep_dir, overwrite)
         check_resume(cfg, sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    if not (sweep_dir / "sweep.json").exists():
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    before = recorded_sessions(sweep_dir) if resume else []
+    first = _recorded(sweep_dir).get("created") if resume else None
+    created = first if isinstance(first, str) else started
+    if not resume:
         # the marker first: an interrupted sweep's directory is a sweep directory too
         # (--resume continues it, --overwrite replaces it); rewritten at the end
         (sweep_dir / "sweep.json").write_text(json.dumps(
             {"results_version": RESULTS_VERSION, "config": asdict(cfg), "complete": False,
-             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2))
+             "created": created, "sessions": [], "wall_s": 0.0}, indent=2))
     t0 = time.monotonic()
+    try:
+        return _run_cells(cfg, sweep_dir, resume, on_run, t0, before,
+                          {"created": created, "started": started})
+    except BaseException as e:
+        # an interrupted session's time counts too: the sweep's wall time is the sum
+        # of its sessions' (the next --resume adds its own)
+        ended = "interrupted" if isinstance(e, KeyboardInterrupt) else "stopped"
+        _record_interrupted(sweep_dir, before + [
+            {"started": started, "wall_s": time.monotonic() - t0, "ended": ended}])
+        raise
+
+
+def _run_cells(cfg: SweepConfig, sweep_dir: Path, resume: bool,
+               on_run: Callable[[dict], None] | None, t0: float, before: list[dict],
+               when: dict) -> SweepResult:
+    """The cells of :func:`run_sweep` (its directory checked and marked), then the
+    results table and the final ``sweep.json``; ``before``: the earlier sessions'
+    records, ``when``: the sweep's ``created`` and this session's ``started``."""
+    import pandas as pd
+
+    from jitbench.harness.run import code_version, machine_fingerprint, record_row, run
+
     rows: list[dict] = []
     refs: dict[tuple[str, int, str], Path] = {}
     scripts = cfg.script_map()
@@ -373,18 +402,86 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
         rows.append(row)
         if on_run:
             on_run(row)
-    wall_s = time.monotonic() - t0
     table = pd.DataFrame(rows)
     table.to_parquet(sweep_dir / "results.parquet", index=False)
     table.to_csv(sweep_dir / "results.csv", index=False)
+    sessions = before + [{"started": when["started"], "wall_s": time.monotonic() - t0,
+                          "ended": "complete"}]
+    wall_s = sum(x["wall_s"] for x in sessions)
     (sweep_dir / "sweep.json").write_text(json.dumps(
         {"results_version": RESULTS_VERSION, "config": asdict(cfg), "complete": True,
          "scripts": [{"workload": label, "script": sc.path, "args": sc.args}
                      for label, sc in scripts.items()], "wall_s": wall_s,
+         "sessions": sessions,
          "runs": len(rows), "references": len(refs), "code_version": code_version(),
-         "machine": machine_fingerprint(),
-         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2))
-    return SweepResult(table, sweep_dir, wall_s)
+         "machine": machine_fingerprint(), "created": when["created"]}, indent=2))
+    return SweepResult(table, sweep_dir, wall_s, sessions[-1]["wall_s"])
+
+
+def check_resume_target(sweep_dir: Path, overwrite: bool) -> None:
+    """Refuse a ``--resume`` that has no sweep to continue in ``sweep_dir``.
+
+    Args:
+        sweep_dir: the ``--out`` directory.
+        overwrite: ``--overwrite`` was given too.
+
+    Raises:
+        SpecError: (exit 2, one line) with ``--overwrite`` (replace or continue: the two
+            contradict); ``sweep_dir`` absent or empty (nothing was recorded there, so
+            nothing to resume); a non-empty ``sweep_dir`` without ``sweep.json`` (a run
+            directory, someone's files: a resume would write a sweep into it).
+    """
+    if overwrite:
+        raise SpecError("--resume and --overwrite contradict each other (continue the "
+                        f"sweep in {sweep_dir}, or replace it): pass one of them")
+    if not sweep_dir.exists() or not any(sweep_dir.iterdir()):
+        state = "does not exist" if not sweep_dir.exists() else "is empty"
+        raise SpecError(f"--resume: sweep directory {sweep_dir} {state}, so there is "
+                        "nothing to resume; drop --resume to start a sweep there")
+    if not (sweep_dir / "sweep.json").is_file():
+        raise SpecError(f"--resume: {sweep_dir} is not a sweep directory (no sweep.json), "
+                        "so there is nothing to resume; pass the --out of a sweep, or "
+                        "another --out without --resume")
+
+
+def _recorded(sweep_dir: Path) -> dict:
+    """``sweep_dir/sweep.json`` as a dict ({} when it is unreadable or not an object:
+    :func:`check_resume` has refused such a file before a resume reads it)."""
+    try:
+        got = json.loads((sweep_dir / "sweep.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return got if isinstance(got, dict) else {}
+
+
+def recorded_sessions(sweep_dir: Path) -> list[dict]:
+    """The sessions ``sweep_dir/sweep.json`` records, each ``{"started", "wall_s" (s),
+    "ended": "complete" | "interrupted" | "stopped"}`` (stopped: by an error). A ``sweep.json`` written before sessions
+    were recorded, with a ``wall_s``, is one complete session of that time (without
+    one: none, its time was not kept)."""
+    got = _recorded(sweep_dir)
+    sessions = got.get("sessions")
+    if isinstance(sessions, list):
+        return [x for x in sessions if isinstance(x, dict)
+                and isinstance(x.get("wall_s"), (int, float))]
+    wall = got.get("wall_s")
+    if isinstance(wall, (int, float)) and wall >= 0:
+        return [{"started": got.get("created"), "wall_s": float(wall), "ended": "complete"}]
+    return []
+
+
+def _record_interrupted(sweep_dir: Path, sessions: list[dict]) -> None:
+    """Add an interrupted session to ``sweep_dir/sweep.json`` (``sessions``, the
+    total ``wall_s``), keeping the rest of it; best effort (an unwritable directory
+    keeps the record it had)."""
+    got = _recorded(sweep_dir)
+    if not got:
+        return
+    got.update({"sessions": sessions, "wall_s": sum(x["wall_s"] for x in sessions)})
+    try:
+        (sweep_dir / "sweep.json").write_text(json.dumps(got, indent=2, default=str))
+    except OSError:
+        pass
 
 
 RESUME_FREE = ("timeout_s",)

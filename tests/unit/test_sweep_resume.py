@@ -130,3 +130,103 @@ def test_resume_with_another_matrix_is_one_line_exit_2(jb, launched, tmp_path):
     assert len(pd.read_csv(out / "results.csv")) == 1
     code, _ = jb(*args, "--resume")
     assert code == 0
+
+
+def _listing(d) -> dict:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("case", ["run_dir", "other_files", "absent", "empty", "overwrite"])
+def test_resume_refuses_a_directory_with_no_sweep_to_continue(jb, launched, tmp_path, case):
+    """``--resume`` continues a sweep and nothing else: a non-empty directory without
+    ``sweep.json`` (a run directory, anyone's files) is not taken over, an absent or
+    empty one holds nothing to resume, and ``--overwrite`` beside it contradicts it:
+    one line, exit 2, nothing launched or written."""
+    out = tmp_path / "target"
+    if case == "run_dir":
+        out.mkdir()
+        (out / "spec.json").write_text('{"steps": 4}')
+        (out / "events").mkdir()
+        (out / "events" / "rank0.jsonl").write_text("{}\n")
+    elif case == "other_files":
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+    elif case == "empty":
+        out.mkdir()
+    elif case == "overwrite":
+        sweep_mod.run_sweep(_cfg(), out)
+        launched.clear()
+    before = _listing(out) if out.exists() else None
+    args = ("sweep", "--workloads", "gpt", "--strategies", "jit", "--faults", "kill,term",
+            "--steps", "4", "--fault-step", "2", "--out", str(out), "--resume")
+    code, err = jb(*args, *(["--overwrite"] if case == "overwrite" else []))
+    assert code == ExitStatus.INPUT, err
+    line = one_line(err)
+    needle = {"run_dir": "no sweep.json", "other_files": "no sweep.json",
+              "absent": "does not exist", "empty": "is empty",
+              "overwrite": "--resume and --overwrite contradict"}[case]
+    assert needle in line, line
+    assert launched == []
+    assert (_listing(out) if out.exists() else None) == before
+
+
+class _Clock:
+    """``time`` for :mod:`jitbench.harness.sweep` whose monotonic clock advances 10 s a
+    call, so the sessions' wall times are known."""
+
+    def __init__(self):
+        import time
+
+        self.t, self.strftime = 0.0, time.strftime
+
+    def monotonic(self) -> float:
+        self.t += 10.0
+        return self.t
+
+
+def test_resume_keeps_created_and_adds_each_session_s_wall_time(launched, tmp_path,
+                                                                 monkeypatch):
+    """An interrupted session's wall time is recorded, a resume adds its own (the
+    total is ``wall_s``, each session an entry of ``sessions``), resuming a complete
+    sweep loses none of it, and ``created`` stays the first session's."""
+    from jitbench.harness import run as run_mod
+
+    monkeypatch.setattr(sweep_mod, "time", _Clock())
+    out = tmp_path / "sw"
+    run_mod.run.stop = "term"
+    with pytest.raises(KeyboardInterrupt):
+        sweep_mod.run_sweep(_cfg(), out)
+    run_mod.run.stop = None
+    rec = json.loads((out / "sweep.json").read_text())
+    assert [x["ended"] for x in rec["sessions"]] == ["interrupted"]
+    first_wall, created = rec["wall_s"], rec["created"]
+    assert first_wall > 0 and rec["sessions"][0]["wall_s"] == first_wall
+    res = sweep_mod.run_sweep(_cfg(), out, resume=True)
+    rec = json.loads((out / "sweep.json").read_text())
+    assert [x["ended"] for x in rec["sessions"]] == ["interrupted", "complete"]
+    assert rec["created"] == created
+    assert rec["wall_s"] == pytest.approx(sum(x["wall_s"] for x in rec["sessions"]))
+    assert res.wall_s == pytest.approx(rec["wall_s"]) and res.wall_s > first_wall
+    assert res.session_wall_s == pytest.approx(rec["sessions"][1]["wall_s"])
+    total = rec["wall_s"]
+    res = sweep_mod.run_sweep(_cfg(), out, resume=True)  # already complete: nothing to run
+    rec = json.loads((out / "sweep.json").read_text())
+    assert rec["created"] == created and len(rec["sessions"]) == 3
+    assert rec["wall_s"] > total and res.wall_s == pytest.approx(rec["wall_s"])
+
+
+def test_resume_of_an_older_sweep_json_keeps_its_wall_time(launched, tmp_path):
+    """A ``sweep.json`` written before sessions were recorded (``wall_s`` 32.9 and
+    ``created`` only) counts as one complete session of that time."""
+    out = tmp_path / "sw"
+    sweep_mod.run_sweep(_cfg(), out)
+    rec = json.loads((out / "sweep.json").read_text())
+    del rec["sessions"]
+    rec.update({"wall_s": 32.9, "created": "2026-01-02T03:04:05+0000"})
+    (out / "sweep.json").write_text(json.dumps(rec))
+    res = sweep_mod.run_sweep(_cfg(), out, resume=True)
+    rec = json.loads((out / "sweep.json").read_text())
+    assert rec["created"] == "2026-01-02T03:04:05+0000"
+    assert rec["sessions"][0] == {"started": "2026-01-02T03:04:05+0000", "wall_s": 32.9,
+                                  "ended": "complete"}
+    assert res.wall_s >= 32.9 and rec["wall_s"] == pytest.approx(res.wall_s)
