@@ -64,7 +64,9 @@ Per run: ``checkpoint_stall_gpu_s`` (world size x the main thread's stall in
 checkpoints: synchronous periodic saves, for ``periodic-async`` the
 staging copy plus any wait for the previous save, for ``periodic:auto`` the
 probe write that measured the checkpoint cost),
-``goodput`` (useful step time / world wall time of training), and the
+``goodput`` (useful step time / wall time of training: :func:`useful_step_s`, the
+steps this job trained from its start step, each once, over the span from its first
+step's begin to its last step's end; at most 1 by construction), and the
 correctness oracles, ``state_equal`` and ``sample_stream_equal``.
 """
 
@@ -364,8 +366,8 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
     firsts = [e for e in evs if e["event"] == "step" and e["phase"] == "begin"]
     train_wall = (max(e[key] for e in step_end) - min(e[key] for e in firsts)
                   if step_end and firsts else None)
-    goodput = (spec_steps * step_s / train_wall if completed and step_s and train_wall
-               else None)
+    useful = useful_step_s(step_end, start_step(evs), key)
+    goodput = useful / train_wall if completed and useful and train_wall else None
     # a failure with no recovery (the budget ran out, an interrupt, a timeout) has no
     # measured waste: the run's total is unknown, not zero
     wasted = (None if any(f.wasted_gpu_s is None for f in failures)
@@ -378,7 +380,7 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
     return RunMetrics(
         completed=completed, steps=spec_steps, final_step=final_step, attempts=len(attempts),
         world_size=world_size, step_s=step_s, train_wall_s=train_wall,
-        goodput=min(1.0, goodput) if goodput else None, checkpoint_saves=len(periodic),
+        goodput=goodput, checkpoint_saves=len(periodic),
         checkpoint_s=statistics.median(sync) if sync else None,
         checkpoint_stall_gpu_s=stall, wasted_gpu_s=wasted,
         replayed_steps=sum(f.replayed_steps or 0 for f in failures),
@@ -387,6 +389,46 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
         loss_last=rank0[-1].get("loss") if rank0 else None, failures=failures,
         auto_interval=auto, slow_windows=windows, normal_step_s=normal,
         late_replacements=len(late) if per_replica else 0)
+
+
+def resume_restores(evs: list[dict]) -> list[dict]:
+    """The ``restore`` end events of the job's first start, before any failure
+    (attempt 0, generation 0, ok): where a run resumed from checkpoints an earlier
+    job left in its ``--ckpt-dir``, the step they loaded; [] when the events do not
+    begin at attempt 0 (a part of a job) or no restore ran."""
+    if min((e["attempt"] for e in evs), default=0) != 0:
+        return []
+    return [e for e in evs if e["event"] == "restore" and e["phase"] == "end"
+            and e["attempt"] == 0 and phases.gen_of(e) == 0 and e.get("ok", True)]
+
+
+def start_step(evs: list[dict]) -> int:
+    """The step this job started from (0: a fresh start; k > 0: it resumed after step
+    k from an earlier job's checkpoint, so steps 1..k are not its work), from
+    :func:`resume_restores`."""
+    return max((e.get("step") or 0 for e in resume_restores(evs)), default=0)
+
+
+def useful_step_s(step_end: list[dict], start: int, key: str) -> float | None:
+    """Useful step time of a job, in seconds: per rank, the sum of the durations
+    (``dur_s``) of the last execution of each step after ``start`` (the step it
+    started from: the steps this job trained, each once; an execution a failure
+    made it replay is waste, not useful time), averaged over the ranks. ``step_end``:
+    the step end events; ``key``: their clock, which orders a rank's executions.
+    None when no step after ``start`` ended.
+
+    A rank's steps run one after another inside the training wall time (its first
+    step's begin to the last step's end), so the ratio of the two, ``goodput``, is
+    at most 1 with no cap; the steps an earlier job trained (before a resume from
+    ``--ckpt-dir``) are not counted."""
+    last: dict[tuple[int, int], float] = {}
+    for e in sorted(step_end, key=lambda e: e[key]):
+        if e["step"] > start and isinstance(e.get("dur_s"), (int, float)):
+            last[(e["rank"], e["step"])] = float(e["dur_s"])
+    per_rank: dict[int, float] = defaultdict(float)
+    for (rank, _), d in last.items():
+        per_rank[rank] += d
+    return sum(per_rank.values()) / len(per_rank) if per_rank else None
 
 
 def jit_fallback(fm: FailureMetrics, cur: list[dict], t_fault: float, key: str,

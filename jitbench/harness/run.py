@@ -483,11 +483,7 @@ def resumed_from(evs: list[dict], ckpt_dir: str | Path) -> dict | None:
     "part", "ckpt_dir", "skipped": [[part, reason], ...]}``, or None for a fresh
     start. ``skipped`` names newer parts the restore rejected (unreadable, truncated,
     a bad checksum), which a fresh start can have too (then ``step`` is 0)."""
-    first = min((e["attempt"] for e in evs), default=0)
-    if first != 0:
-        return None
-    ends = [e for e in evs if e["event"] == "restore" and e["phase"] == "end"
-            and e["attempt"] == 0 and phases.gen_of(e) == 0 and e.get("ok", True)]
+    ends = metrics.resume_restores(evs)
     if not ends:
         return None
     best = max(ends, key=lambda e: (e.get("step") or 0, bool(e.get("skipped"))))
