@@ -181,9 +181,11 @@ def poisson(kinds: list[str], ranks: list[int], steps: int, seed: int, *,
     """Poisson fault arrivals (see the module docstring); deterministic in ``seed``.
     ``where`` starts every error message (the scenario entry or the flag).
 
+    ``start_step``: the first step a fault may be placed at (1..steps-1).
+
     Raises:
-        ScheduleError: neither or both MTBFs, a non-positive MTBF, or ``mtbf_s``
-            without ``horizon_s``/``max_faults``.
+        ScheduleError: neither or both MTBFs, a non-positive MTBF, ``mtbf_s``
+            without ``horizon_s``/``max_faults``, or a ``start_step`` outside the run.
     """
     if (mtbf_steps is None) == (mtbf_s is None):
         raise ScheduleError(f"{where}: give exactly one of mtbf_steps and mtbf_s")
@@ -202,6 +204,9 @@ def poisson(kinds: list[str], ranks: list[int], steps: int, seed: int, *,
                             "length in seconds is not known in advance)")
     if not kinds or not ranks:
         raise ScheduleError(f"{where}: kinds and ranks must not be empty")
+    if start_step < 1 or (steps_known(steps) and start_step >= steps):
+        raise ScheduleError(f"{where}: start step {start_step} is outside the run: "
+                            + start_range(steps))
     rng = random.Random(f"{seed}/poisson/{index}")
     out: list[FaultSpec] = []
     t = float(start_step - 1) if mtbf_steps is not None else 0.0
@@ -352,19 +357,29 @@ def _poisson_entry(where: str, e: dict, nproc: int, steps: int, seed: int,
     out = poisson(kinds, ranks, steps, seed, index=index, where=where, **kw)
     if not out:
         raise ScheduleError(empty_draw(where, steps, seed, kw.get("mtbf_steps"),
-                                       kw.get("mtbf_s"), kw.get("horizon_s")))
+                                       kw.get("mtbf_s"), kw.get("horizon_s"),
+                                       kw.get("start_step", 1)))
     return out
 
 
+def start_range(steps: int) -> str:
+    """Where a Poisson plan's start step may be, for a message: ``must be in 1..N (the
+    run has M steps)``, or ``must be >= 1`` when ``steps`` is not known."""
+    return (f"it must be in 1..{steps - 1} (the run has {steps} steps)" if steps_known(steps)
+            else "it must be >= 1")
+
+
 def empty_draw(where: str, steps: int, seed: int | list[int], mtbf_steps: float | None,
-               mtbf_s: float | None, horizon_s: float | None) -> str:
+               mtbf_s: float | None, horizon_s: float | None, start_step: int = 1) -> str:
     """The one line refusing a Poisson plan whose seeded draw placed no fault in the
     run (``where`` starts it: the scenario entry or the flag). The draw is a pure
     function of ``seed``, made before launch, so such a plan would run fault-free.
-    ``seed`` a list: a sweep's seeds, every one of whose draws is empty."""
+    ``seed`` a list: a sweep's seeds, every one of whose draws is empty.
+    ``start_step``: the first step the draw may place a fault at; the window it
+    names is ``start_step..steps-1``."""
     if mtbf_steps is not None:
-        span = (f"in steps 1..{steps - 1} of the {steps}-step run" if steps_known(steps)
-                else "in the run")
+        span = (f"in steps {start_step}..{steps - 1} of the {steps}-step run"
+                if steps_known(steps) else f"in the run from step {start_step}")
         mtbf = f"an MTBF of {mtbf_steps:g} steps"
     else:
         span = f"within horizon_s {horizon_s:g} s"
@@ -511,6 +526,12 @@ def plan_from_options(kind: str | None, rank: int | None, step: int | None, step
     if time_s is not None and not (math.isfinite(time_s) and time_s >= 0):
         raise ScheduleError(f"--fault-time-s must be a finite number >= 0, got {time_s}")
     if mtbf_steps is not None or mtbf_s is not None:
+        if step is not None and (step < 1 or (steps_known(steps) and step >= steps)):
+            # with a Poisson trigger --fault-step is the step the draw starts at: one
+            # outside the run places no fault whatever the seed
+            raise ScheduleError(f"--fault-step {step} (the step {triggers[0]} starts "
+                                f"drawing faults at) is outside the run: "
+                                + start_range(steps))
         faults = poisson([kind], [rank], steps, seed, mtbf_steps=mtbf_steps, mtbf_s=mtbf_s,
                          horizon_s=None, start_step=1 if step is None else step,
                          max_faults=count if count is not None else
@@ -520,7 +541,7 @@ def plan_from_options(kind: str | None, rank: int | None, step: int | None, step
         if not faults:
             raise ScheduleError(empty_draw("--fault-mtbf-steps" if mtbf_steps is not None
                                            else "--fault-mtbf-s", steps, seed, mtbf_steps,
-                                           mtbf_s, None))
+                                           mtbf_s, None, 1 if step is None else step))
         for f in faults:
             f.params, f.every_attempt = dict(parsed), every_attempt
     elif every_steps is not None:

@@ -144,14 +144,15 @@ def check_ckpt_dir(spec: RunSpec) -> None:
     every save would fail, and the replay that follows would read as a broken
     promise (a new-user trial: exit 4 on a read-only copy of a run's checkpoints).
     One with committed parts must match the spec's world size and
-    :meth:`RunSpec.fingerprint` (the same workload, data, batch, steps, seed), and its
-    newest committed step must come before every step-triggered planned fault (other
-    than one at ``restore``): the run resumes after that step, so such a fault would
-    fire late or never.
+    :meth:`RunSpec.fingerprint` (the same workload, data, batch, steps, seed), and the
+    step it resumes after (:func:`resume_step`: the newest part the runtime's restore
+    would load, not a newer one whose data is missing or corrupt, which it skips)
+    must come before every step-triggered planned fault (other than one at
+    ``restore``): such a fault would fire late or never.
 
     Raises:
         SpecError: one line naming the first mismatch or the first fault planned at
-            or before the newest checkpoint's step, or the OS error of making a
+            or before the step the run resumes after, or the OS error of making a
             directory where the absent one would be.
     """
     if spec.ckpt_dir is None:
@@ -191,7 +192,11 @@ def check_ckpt_dir(spec: RunSpec) -> None:
         except ckpt.CheckpointMismatch as exc:
             raise SpecError(f"checkpoint directory {d} holds another job's checkpoints: "
                             f"{exc}{_differences(d, spec, manifest.get('run_id'))}") from exc
-    newest = max((part.step for part, _ in manifests), default=0)
+    try:
+        newest = resume_step(d, spec) if manifests else 0
+    except ckpt.CheckpointMismatch as exc:
+        raise SpecError(f"checkpoint directory {d} holds another job's checkpoints: "
+                        f"{exc}") from exc
     for f in spec.faults:
         # a step-triggered fault fires at the first point at or after its step: one
         # planned at or before the step the run resumes from would fire elsewhere, or
@@ -203,6 +208,19 @@ def check_ckpt_dir(spec: RunSpec) -> None:
                             f"checkpoint in {d} is of step {newest}: the run resumes after "
                             f"it and never reaches step {f.step}; plan the fault after step "
                             f"{newest} or use another --ckpt-dir")
+
+
+def resume_step(ckpt_dir: Path, spec: RunSpec) -> int:
+    """The step a run of ``spec`` resumes after from ``ckpt_dir``, by the runtime's own
+    rule (:func:`jitbench.runtime.checkpoint.newest_valid`, what its restore loads):
+    the newest committed part that validates, a newer one whose data file is missing,
+    truncated or corrupt being skipped; 0 when none validates (a fresh start).
+
+    Raises:
+        CheckpointMismatch: a committed part belongs to another job.
+    """
+    found = ckpt.newest_valid(ckpt_dir, spec.world_size, run_id=spec.fingerprint())
+    return found[0].step if found else 0
 
 
 def _manifests(ckpt_dir: Path) -> list[tuple[ckpt.Part, dict]]:

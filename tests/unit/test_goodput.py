@@ -10,15 +10,7 @@ import json
 import pytest
 
 from jitbench.harness.metrics import compute, start_step, useful_step_s
-
-
-def _write(path, attempt, rank, evs):
-    path.mkdir(parents=True, exist_ok=True)
-    with open(path / f"attempt{attempt:03d}_rank{rank:05d}.jsonl", "w") as fh:
-        for name, phase, t, extra in evs:
-            fh.write(json.dumps({"event": name, "phase": phase, "t_mono": t, "t_wall": t,
-                                 "rank": rank, "attempt": attempt, "pid": 1, "host": "h",
-                                 **extra}) + "\n")
+from tests.unit.test_phases import _events as _write  # one event file
 
 
 def _steps(first: int, last: int, t0: float, dur: float, gap: float) -> list:

@@ -32,6 +32,36 @@ def test_a_step_plan_with_no_fault_in_the_run_is_refused(jb, tmp_path, args, nee
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("start", ["999", "12", "0", "-4"])
+def test_a_poisson_start_step_outside_the_run_is_refused_as_such(jb, tmp_path, start):
+    """With --fault-mtbf-steps, --fault-step is the step the draw starts at: one outside
+    1..steps-1 places no fault whatever the seed, so the line says the start step is
+    outside the run (naming the step given, not a shifted one), never "pick another
+    seed"; step 0 is refused as everywhere else. One line, exit 2, nothing run."""
+    code, err = jb("run", "--fault", "kill", "--fault-mtbf-steps", "3", "--fault-step",
+                   start, "--steps", "12", "--run-dir", str(tmp_path / "r"))
+    line = one_line(err)
+    assert code == 2, err
+    assert (f"--fault-step {start} (the step --fault-mtbf-steps starts drawing faults at) "
+            "is outside the run: it must be in 1..11 (the run has 12 steps)") in line, line
+    assert "seed" not in line
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(ScheduleError, match=f"start step {start} is outside the run"):
+        from jitbench.faults.schedule import poisson
+
+        poisson(["kill"], [1], 12, 0, mtbf_steps=3.0, start_step=int(start))
+
+
+def test_an_empty_poisson_draw_names_the_window_from_its_start_step(jb, tmp_path):
+    """The draw of --fault-mtbf-steps 3 from --fault-step 11 of a 12-step run covers
+    steps 11..11 only: the refusal names that window, not 1..11."""
+    code, err = jb("run", "--fault", "kill", "--fault-mtbf-steps", "3", "--fault-step",
+                   "11", "--steps", "12", "--run-dir", str(tmp_path / "r"))
+    line = one_line(err)
+    assert code == 2 and "places no fault in steps 11..11 of the 12-step run" in line, line
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_scenario_poisson_entry_that_draws_no_fault_is_refused(jb, tmp_path):
     p = tmp_path / "s.toml"
     p.write_text("[[poisson]]\nkinds = ['kill']\nmtbf_steps = 1000.0\n")
@@ -378,3 +408,29 @@ def test_a_sweep_whose_every_poisson_draw_is_empty_is_refused():
     full = [s for s in range(40) if cfg(12, 40, [s])._faults("kill", s)]
     assert mixed and full
     cfg(12, 40, [mixed[0], full[0]]).validate()
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated"])
+def test_the_ckpt_dir_check_resumes_where_the_runtime_restore_would(tmp_path, damage):
+    """The newest manifest's data file missing or unreadable: the runtime's restore
+    skips it and resumes after the older step (``checkpoint.newest_valid``), so the
+    pre-check measures the fault against that step, not the skipped one."""
+    from jitbench.faults import FaultSpec
+    from jitbench.harness.run import check_ckpt_dir, resume_step
+    from jitbench.harness.spec import RunSpec, SpecError
+    from jitbench.runtime import checkpoint as ckpt
+    from jitbench.workloads import WorkloadConfig
+
+    ck = _ckpt_dir_at(tmp_path, 10)
+    newest = next(p.path for p in ckpt.list_parts(ck) if p.step == 10)
+    if damage == "missing":
+        newest.unlink()
+    else:
+        newest.write_bytes(newest.read_bytes()[:5])
+    spec = RunSpec(workload=WorkloadConfig(steps=60), nproc=2, ckpt_dir=str(ck),
+                   faults=[FaultSpec("kill", 1, 8)])
+    assert resume_step(ck, spec) == 5
+    check_ckpt_dir(spec)  # fires at step 8, after the step-5 resume: accepted
+    spec.faults = [FaultSpec("kill", 1, 5)]
+    with pytest.raises(SpecError, match=f"newest checkpoint in {ck} is of step 5"):
+        check_ckpt_dir(spec)
