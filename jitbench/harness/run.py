@@ -354,17 +354,19 @@ def recovery_means(m: metrics.RunMetrics, world_size: int) -> dict:
     return out
 
 
-def reference_cut_short(ref: LaunchResult | None) -> str | None:
+def reference_cut_short(ref: LaunchResult | None,
+                        timeout_s: float | None = None) -> str | None:
     """Why the fault-free reference launch did not run to its end (one phrase), or
     None when it did (or there is none): interrupted (Ctrl-C or SIGTERM), stopped by
-    ``--timeout-s``, or failed. A reference cut short has no final state to compare
-    (a partial one is never compared)."""
+    ``--timeout-s`` (``timeout_s``, s: named as given, as :func:`end_reason` names
+    it), or failed. A reference cut short has no final state to compare (a partial
+    one is never compared)."""
     if ref is None:
         return None
     if ref.interrupted:
         return "interrupted (Ctrl-C or SIGTERM)"
     if ref.timed_out:
-        return "stopped by the harness after its timeout"
+        return f"stopped by the harness: {timeout_limit(ref, timeout_s)}"
     if ref.returncode != 0:
         return f"stopped by a failure (agent exit {ref.returncode})"
     return None
@@ -449,7 +451,7 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     summary["unfired"] = [f.id for f in spec.faults if f.id not in fired_ids]
     summary["unfired_faults"] = len(summary["unfired"])
     summary["end_reason"] = end_reason(spec, m, res, timeout_s)
-    cut = reference_cut_short(ref)
+    cut = reference_cut_short(ref, timeout_s)
     summary["reference_complete"] = None if ref is None else cut is None
     summary["reference_cut_short"] = cut
     if cut is not None and m.completed:
@@ -754,9 +756,7 @@ def end_reason(spec: RunSpec, m: metrics.RunMetrics, res: LaunchResult,
     if m.completed:
         return "completed"
     if res.timed_out:
-        limit = (f"--timeout-s {timeout_s:g} s ran out" if timeout_s is not None
-                 else "the launch ran past its timeout")
-        return f"stopped by the harness: {limit} (launch stopped after {res.wall_s:.1f} s)"
+        return f"stopped by the harness: {timeout_limit(res, timeout_s)}"
     if res.interrupted:
         return "stopped by the harness: interrupted (Ctrl-C or SIGTERM)"
     last = m.failures[-1] if m.failures else None
@@ -774,6 +774,15 @@ def end_reason(spec: RunSpec, m: metrics.RunMetrics, res: LaunchResult,
                 f"(--max-restarts {spec.max_restarts}){what}")
     return f"the elastic agent exited with status {res.returncode} after {m.attempts} " \
            f"attempts{what}"
+
+
+def timeout_limit(res: LaunchResult, timeout_s: float | None) -> str:
+    """The limit a launch the harness stopped on ``--timeout-s`` ran past, as given
+    (``timeout_s``, s; None: not known), with the launch's wall time: ``--timeout-s 8
+    s ran out (launch stopped after 9.4 s)``."""
+    limit = (f"--timeout-s {timeout_s:g} s ran out" if timeout_s is not None
+             else "the launch ran past its timeout")
+    return f"{limit} (launch stopped after {res.wall_s:.1f} s)"
 
 
 _AGENT_ERROR = re.compile(r"\b(Rendezvous\w*(?:Error|Timeout)\w*|DistNetworkError|DistStoreError)"

@@ -434,3 +434,26 @@ def test_the_ckpt_dir_check_resumes_where_the_runtime_restore_would(tmp_path, da
     spec.faults = [FaultSpec("kill", 1, 5)]
     with pytest.raises(SpecError, match=f"newest checkpoint in {ck} is of step 5"):
         check_ckpt_dir(spec)
+
+
+def test_a_reference_stopped_by_the_timeout_names_the_limit(tmp_path):
+    """A reference the harness stopped on --timeout-s names the limit as given and its
+    launch's wall time, as the main run's end reason does, in ``reference_cut_short``
+    and so in the end reason and the exit line."""
+    from jitbench.harness.launch import LaunchResult
+    from jitbench.harness.run import reference_cut_short, summarize
+    from jitbench.harness.spec import RunSpec
+    from jitbench.workloads import WorkloadConfig
+
+    run_dir = tmp_path / "run"
+    _finished_run(run_dir)
+    _finished_run(run_dir / "reference")
+    ref = LaunchResult(-15, 14.2, timed_out=True)
+    s = summarize(RunSpec(workload=WorkloadConfig(steps=2)), run_dir, LaunchResult(0, 3.0),
+                  ref, timeout_s=14.0)
+    phrase = "stopped by the harness: --timeout-s 14 s ran out (launch stopped after 14.2 s)"
+    assert s["reference_cut_short"] == phrase
+    assert s["end_reason"] == (f"completed; the fault-free reference was {phrase} before "
+                               "its end, so the final states were not compared")
+    assert reference_cut_short(ref) == ("stopped by the harness: the launch ran past its "
+                                        "timeout (launch stopped after 14.2 s)")
