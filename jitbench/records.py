@@ -28,7 +28,8 @@ from typing import Any
 from jitbench.errors import ExitStatus, InputError
 
 __all__ = ["KEY_COLUMNS", "RESULTS_VERSION", "SCHEMA", "SUMMARY_VERSION", "Field",
-           "check_cells", "empty_cell", "fault_kinds", "find_table", "is_bool", "load_failures", "load_results", "spec_hash", "table_verdict",
+           "check_cells", "empty_cell", "fault_kinds", "find_table", "is_bool", "load_failures",
+           "load_results", "run_dirs", "spec_hash", "table_verdict",
            "verdict"]
 
 SUMMARY_VERSION = 1
@@ -223,6 +224,7 @@ def check_cells(t, name: str = "results") -> None:
     parses them, finite and >= 0 (``world_size`` >= 1; +inf too in
     :data:`UNBOUNDED_COLUMNS`); a ``bool`` column empty cells, true/false or
     1/0; a :data:`LABEL_COLUMNS` column no empty cell; ``spec_json`` empty cells
+    (only where ``spec_hash`` is empty too: a hash needs the spec it was taken of)
     or JSON objects; ``faults`` empty cells or ``kind@rank:step`` items joined by
     commas. Counts (:data:`INTEGER_UNITS`, :data:`INTEGER_COLUMNS`) must be whole
     numbers, ``seed`` below 2**32. Nothing of ``t`` is
@@ -248,7 +250,18 @@ def check_cells(t, name: str = "results") -> None:
             bad = [not empty_cell(v) and not _flag_ok(v) for v in cells.tolist()]
             why = "a flag must be empty, true or false"
         elif col == "spec_json":  # the run spec, compared by gate: a JSON object
-            bad = [not empty_cell(v) and not _spec_ok(v) for v in cells.tolist()]
+            hashes = (t["spec_hash"].tolist() if "spec_hash" in t.columns
+                      else [None] * len(t))
+            blank = [empty_cell(v) and not empty_cell(h)
+                     for v, h in zip(cells.tolist(), hashes, strict=True)]
+            bad = [b or (not empty_cell(v) and not _spec_ok(v))
+                   for v, b in zip(cells.tolist(), blank, strict=True)]
+            if any(bad) and blank[bad.index(True)]:
+                i = bad.index(True)
+                raise InputError(
+                    f"{name}: row {i + 1}{_where_of(t, i)}: spec_json is empty beside "
+                    f"spec_hash {str(hashes[i]).strip()!r}; it must be the run spec that "
+                    "hash was taken of (a corrupt table: nothing was read from it)")
             why = "it must be empty or the run spec as a JSON object"
         elif col == "faults":
             bad = [not empty_cell(v) and not _faults_ok(v) for v in cells.tolist()]
@@ -272,17 +285,23 @@ def check_cells(t, name: str = "results") -> None:
         if not any(bad):
             continue
         i = bad.index(True)
-        row = t.iloc[i]
-        v = row[col]
+        v = t.iloc[i][col]
         x = v.item() if hasattr(v, "item") else v
-        where = "/".join(str(row[k]) for k in LABEL_COLUMNS
-                         if k in t.columns and not empty_cell(row[k]))
-        if "repeat" in t.columns and not empty_cell(row["repeat"]):
-            rep = row["repeat"]
-            where += f" repeat {int(rep) if isinstance(rep, float) and rep.is_integer() else rep}"
         what = why if col in LABEL_COLUMNS else f"{col} is {x!r}; {why}"
-        raise InputError(f"{name}: row {i + 1}{f' ({where})' if where.strip() else ''}: "
+        raise InputError(f"{name}: row {i + 1}{_where_of(t, i)}: "
                          f"{what} (a corrupt table: nothing was read from it)")
+
+
+def _where_of(t, i: int) -> str:
+    """`` (workload/strategy/fault repeat N)`` of row ``i`` of ``t``, what it has of
+    them (empty text when none)."""
+    row = t.iloc[i]
+    where = "/".join(str(row[k]) for k in LABEL_COLUMNS
+                     if k in t.columns and not empty_cell(row[k]))
+    if "repeat" in t.columns and not empty_cell(row["repeat"]):
+        rep = row["repeat"]
+        where += f" repeat {int(rep) if isinstance(rep, float) and rep.is_integer() else rep}"
+    return f" ({where})" if where.strip() else ""
 
 
 _TABLES = ("results.parquet", "results.csv", "records.parquet", "records.csv")
@@ -470,11 +489,61 @@ def _as_results(t, run_dir: Path | None):
     return t
 
 
+def _is_run_dir(d: Path) -> bool:
+    """Whether ``d`` holds a run's record (``summary.json`` or ``records.*``)."""
+    return any((d / f).is_file() for f in ("summary.json", "records.csv", "records.parquet"))
+
+
+def run_dirs(t, path: str | Path) -> list[Path | None]:
+    """The run directory of each row of ``t``, the table :func:`load_results` read
+    from ``path``, found from where the table lies, never from the working directory:
+
+    - ``path`` is a run directory (or its ``records.*`` file), whose table holds its
+      one row: that directory, whatever the row's ``run_dir`` says (a copied run);
+    - a tree of runs (a directory without a table of its own): the directory of the
+      ``records.csv`` each row was read from;
+    - a sweep (its directory or ``results.*`` file) or another table file:
+      ``runs/NAME`` or ``NAME`` beside the table (``NAME``: the last part of the row's
+      ``run_dir``), else the recorded ``run_dir`` itself, only where it is absolute
+      or resolves beside the table, and only if it holds a run's record.
+
+    None for a row whose directory is not found."""
+    import pandas as pd
+
+    p = Path(path)
+    base = p.parent if p.is_file() else p
+    table = find_table(p) if p.is_dir() else (p if p.is_file() else None)
+    n = len(t)
+    if table is not None and table.name.startswith("records") and _is_run_dir(base) \
+            and n == 1:  # one run's record (more rows: a table of runs put there)
+        return [base]
+    if p.is_dir() and table is None:  # a tree of runs, concatenated in this order
+        dirs: list[Path | None] = []
+        for f in sorted(p.rglob("records.csv")):
+            try:
+                dirs += [f.parent] * len(pd.read_csv(f))
+            except (OSError, ValueError, pd.errors.EmptyDataError):
+                return [None] * n
+        return dirs if len(dirs) == n else [None] * n
+    recorded = t["run_dir"].tolist() if "run_dir" in t.columns else [None] * n
+    out: list[Path | None] = []
+    for rd in recorded:
+        found = None
+        if not empty_cell(rd):
+            r = Path(str(rd))
+            cands = [base / "runs" / r.name, base / r.name, r if r.is_absolute() else base / r]
+            found = next((c for c in cands if _is_run_dir(c)), None)
+        out.append(found)
+    return out
+
+
 def load_failures(path: str | Path, runs=None):
     """Per-failure rows (``failures.csv`` of each run: one row per failure episode,
     with ``run_dir``) for the runs of :func:`load_results` ``(path)``: beside a
     table file, in a run directory, below any directory, or in each of ``runs``'
-    ``run_dir`` (a sweep). Empty DataFrame when none is found."""
+    run directories (a sweep: :func:`run_dirs`, found from where the table lies).
+    Empty DataFrame when none is found. Whole-number columns are read as numbers
+    whether a file wrote them as ``3`` or, as older files did, ``3.0``."""
     import pandas as pd
 
     p = Path(path)
@@ -482,12 +551,9 @@ def load_failures(path: str | Path, runs=None):
     if p.is_file():
         files = [f for f in (p.with_name("failures.csv"),) if f.is_file()]
     elif p.is_dir() and any((p / n).is_file() for n in ("results.parquet", "results.csv")):
-        recorded = runs.get("run_dir", pd.Series(dtype=str)) if runs is not None else []
-        for rd in pd.Series(recorded).dropna().astype(str):
-            for cand in (Path(rd), p / "runs" / Path(rd).name, p / Path(rd).name):
-                if (cand / "failures.csv").is_file():
-                    files.append(cand / "failures.csv")
-                    break
+        dirs = run_dirs(runs, p) if runs is not None else []
+        files = [d / "failures.csv" for d in dict.fromkeys(d for d in dirs if d is not None)
+                 if (d / "failures.csv").is_file()]
     elif p.is_dir():
         files = sorted(p.rglob("failures.csv"))
     frames = [pd.read_csv(f) for f in files]

@@ -74,7 +74,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -148,6 +148,12 @@ class FailureMetrics:
     failed: No space left on device``); None for an injected fault."""
 
 
+INTEGER_FAILURE_FIELDS = tuple(f.name for f in fields(FailureMetrics)
+                               if f.type in ("int", "int | None"))
+"""Whole-number fields of a failure (steps, ranks, attempt): ``failures.csv`` writes
+them as integers, an empty cell where one was not measured (pandas ``Int64``)."""
+
+
 @dataclass
 class RunMetrics:
     """Run-level metrics."""
@@ -170,8 +176,9 @@ class RunMetrics:
     checkpoint_stall_gpu_s: float
     wasted_gpu_s: float | None
     """Sum over failures plus checkpoint stalls; None when a failure did not recover."""
-    replayed_steps: int
-    max_replayed_steps_per_failure: int
+    replayed_steps: int | None
+    """Sum over the failures (None: failures, none of which recovered)."""
+    max_replayed_steps_per_failure: int | None
     loss_first: float | None
     loss_last: float | None
     failures: list[FailureMetrics]
@@ -348,6 +355,8 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
                             and f0["t0"] < e[key] < t_end)
                         fm.wasted_gpu_s = max(0.0, fm.wasted_gpu_s
                                               - fm.degraded_rank_steps * step_s)
+        if fm.harness_stopped:  # never recovered: no replay happened or was due yet
+            fm.expected_replayed_steps = fm.replayed_steps = fm.replayed_gpu_steps = None
         failures.append(fm)
     if step_s is not None and not per_replica:
         _interrupted_waste(failures, episodes, evs, world_size, step_s)
@@ -383,12 +392,25 @@ def compute(run_dir: str | Path, spec_steps: int, world_size: int,
         goodput=goodput, checkpoint_saves=len(periodic),
         checkpoint_s=statistics.median(sync) if sync else None,
         checkpoint_stall_gpu_s=stall, wasted_gpu_s=wasted,
-        replayed_steps=sum(f.replayed_steps or 0 for f in failures),
-        max_replayed_steps_per_failure=max((f.replayed_steps or 0 for f in failures), default=0),
+        replayed_steps=_measured_sum([f.replayed_steps for f in failures]),
+        max_replayed_steps_per_failure=_measured_max([f.replayed_steps for f in failures]),
         loss_first=rank0[0].get("loss") if rank0 else None,
         loss_last=rank0[-1].get("loss") if rank0 else None, failures=failures,
         auto_interval=auto, slow_windows=windows, normal_step_s=normal,
         late_replacements=len(late) if per_replica else 0)
+
+
+def _measured_sum(values: list[int | None]) -> int | None:
+    """The sum of the measured values (None: not measured, e.g. a failure that never
+    recovered); 0 for no failure, None when failures were there and none measured."""
+    got = [v for v in values if v is not None]
+    return sum(got) if got or not values else None
+
+
+def _measured_max(values: list[int | None]) -> int | None:
+    """The largest measured value; 0 for no failure, None when none was measured."""
+    got = [v for v in values if v is not None]
+    return max(got) if got else (0 if not values else None)
 
 
 def resume_restores(evs: list[dict]) -> list[dict]:

@@ -348,8 +348,9 @@ def recovery_means(m: metrics.RunMetrics, world_size: int) -> dict:
               "replay_s", "reform_s", "transfer_s"):
         vals = [getattr(f, k) for f in m.failures if getattr(f, k) is not None]
         out[k] = sum(vals) / len(vals) if vals else None
-    out["replayed_steps"] = m.replayed_steps
-    out["replayed_gpu_steps"] = m.replayed_steps * world_size
+    out["replayed_steps"] = m.replayed_steps  # None: no failure recovered (not measured)
+    out["replayed_gpu_steps"] = (None if m.replayed_steps is None
+                                 else m.replayed_steps * world_size)
     out["max_replayed_steps_per_failure"] = m.max_replayed_steps_per_failure
     return out
 
@@ -410,7 +411,9 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
                                              or res.interrupted)}
     fails = m.failures
     summary.update(recovery_means(m, spec.world_size))
-    summary["expected_replayed_steps"] = sum(f.expected_replayed_steps or 0 for f in fails)
+    expected = [f.expected_replayed_steps for f in fails if f.expected_replayed_steps is not None]
+    # None: failures, none with a replay due (each was stopped by the harness unrecovered)
+    summary["expected_replayed_steps"] = sum(expected) if expected or not fails else None
     summary["last_commit_step"] = fails[-1].last_commit_step if fails else None
     summary["replay_ok"] = (replay_ok(spec.strategy, fails) if not per_replica
                             else heal_ok(evs, fails, m.completed))
@@ -836,6 +839,8 @@ def write_records(summary: dict, run_dir: Path) -> None:
     if summary["failures"]:
         fdf = pd.DataFrame([{k: v for k, v in f.items() if not isinstance(v, list)}
                             for f in summary["failures"]])
+        for col in fdf.columns.intersection(list(metrics.INTEGER_FAILURE_FIELDS)):
+            fdf[col] = fdf[col].astype("Int64")  # whole counts stay whole beside empty cells
         fdf.insert(0, "run_dir", str(run_dir))
         fdf.to_csv(run_dir / "failures.csv", index=False)
 

@@ -2,7 +2,7 @@
 
 A row's flags and hashes are conclusions drawn when the run was recorded; the
 figures they were drawn from are in the row too, or beside it. ``gate``,
-``validate`` and ``report`` do not take a conclusion on trust where its evidence
+``validate``, ``report`` and ``model --from-results`` do not take a conclusion on trust where its evidence
 can refute it (:func:`check_evidence`):
 
 - ``spec_hash`` is the hash of ``spec_json`` (:func:`jitbench.records.spec_hash`,
@@ -17,8 +17,20 @@ can refute it (:func:`check_evidence`):
   ``replayed_steps`` against ``num_failures``). Rows whose replay is not
   promised (``replay_promised`` false) and strategies that keep no replay bound
   of their own (``torchft``: ``replay_ok`` is its healing check) are left alone;
+- ``state_equal`` true (bitwise equal to the fault-free run) needs
+  ``max_abs_diff`` 0 and ``loss_diff`` 0 where they are recorded (rows whose
+  strategy does not promise the fault-free state, ``bitwise_promised`` false, are
+  left alone);
+- ``completed`` true needs ``final_step`` at the run's planned steps (``steps``,
+  else those of ``spec_json``);
+- ``replay_ok`` true needs ``replayed_steps`` measured (a non-empty cell, where
+  the table has the column; not for ``replay_promised`` false);
 - ``num_failures`` is the number of rows of the run's ``failures.csv`` (none
-  when the file is absent), where the run directory can be found.
+  when the file is absent), and ``replayed_steps`` and ``expected_replayed_steps``
+  the sums of its per-failure cells (an empty cell counts 0, as the summary sums
+  them), where the run directory is found: the directory given when it is a run
+  directory, else from where the table lies, never from the working directory
+  (:func:`jitbench.records.run_dirs`).
 
 A contradiction is a corrupt record, refused as bad input like a corrupt cell
 (:func:`jitbench.records.check_cells`): one line naming the table, the row, the
@@ -33,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from jitbench.errors import InputError
-from jitbench.records import LABEL_COLUMNS, empty_cell, is_bool, spec_hash
+from jitbench.records import LABEL_COLUMNS, empty_cell, is_bool, run_dirs, spec_hash
 
 __all__ = ["check_evidence"]
 
@@ -115,36 +127,88 @@ def _spec_contradiction(row: dict) -> str | None:
     return None
 
 
-def _run_dir(root: Path | None, recorded: Any) -> Path | None:
-    """The run directory a row's ``run_dir`` names, as recorded or moved with its sweep
-    (``root/runs/NAME``, ``root/NAME``); None when none of them holds a run's record."""
-    if empty_cell(recorded):
+def _state_contradiction(row: dict) -> str | None:
+    """Why a row's ``state_equal`` true contradicts its recorded differences, or None."""
+    if not is_bool(row.get("state_equal"), True) or is_bool(row.get("bitwise_promised"), False):
         return None
-    p = Path(str(recorded))
-    cands = [p] + ([root / "runs" / p.name, root / p.name] if root is not None else [])
-    for c in cands:
-        if any((c / f).is_file() for f in ("summary.json", "records.csv", "records.parquet")):
-            return c
+    d = row.get("max_abs_diff")
+    try:
+        diff = None if empty_cell(d) else float(d)  # +inf: shapes or dtypes differ
+    except (TypeError, ValueError):
+        diff = None
+    if diff is not None and diff > 0:
+        return (f"state_equal is true but max_abs_diff is {diff:g} (bitwise equal states "
+                "differ by 0)")
+    loss = _num(row.get("loss_diff"))
+    if loss is not None and loss != 0:
+        return (f"state_equal is true but loss_diff is {loss:g} (bitwise equal runs end "
+                "on the same loss)")
     return None
 
 
-def _failures_contradiction(row: dict, root: Path | None) -> str | None:
-    """Why a row's ``num_failures`` differs from its run's ``failures.csv`` rows, or
-    None (also when the run directory cannot be found)."""
+def _planned_steps(row: dict) -> float | None:
+    """The run's planned optimizer steps: ``steps``, else those of ``spec_json``
+    (``workload.steps`` of a run spec, ``steps`` of a launched script's)."""
+    steps = _num(row.get("steps"))
+    if steps is not None:
+        return steps
+    text = row.get("spec_json")
+    if empty_cell(text):
+        return None
+    try:
+        spec = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(spec, dict):
+        return None
+    work = spec.get("workload")  # a RunSpec's are its workload's; a ScriptSpec's its own
+    return _num(work.get("steps") if isinstance(work, dict) else spec.get("steps"))
+
+
+def _completed_contradiction(row: dict) -> str | None:
+    """Why a row's ``completed`` true contradicts its ``final_step``, or None."""
+    if not is_bool(row.get("completed"), True):
+        return None
+    final, planned = _num(row.get("final_step")), _planned_steps(row)
+    if final is not None and planned is not None and final < planned:
+        return (f"completed is true but final_step {final:g} is short of the {planned:g} "
+                "planned steps")
+    return None
+
+
+def _replay_measured(row: dict) -> str | None:
+    """Why a row's ``replay_ok`` true has no replayed steps behind it, or None."""
+    if (not is_bool(row.get("replay_ok"), True) or is_bool(row.get("replay_promised"), False)
+            or "replayed_steps" not in row or not empty_cell(row.get("replayed_steps"))):
+        return None
+    return "replay_ok is true but replayed_steps is empty (no replay was measured)"
+
+
+def _failures_contradiction(row: dict, d: Path | None) -> str | None:
+    """Why a row's ``num_failures``, ``replayed_steps`` or ``expected_replayed_steps``
+    differs from its run's ``failures.csv`` (in ``d``), or None (also when the run
+    directory was not found)."""
     import pandas as pd
 
     n = _num(row.get("num_failures"))
-    d = _run_dir(root, row.get("run_dir"))
-    if n is None or d is None:
+    if d is None:
         return None
     f = d / "failures.csv"
     try:
-        rows = len(pd.read_csv(f)) if f.is_file() else 0
+        fails = pd.read_csv(f) if f.is_file() else pd.DataFrame()
     except (OSError, ValueError, pd.errors.EmptyDataError):
-        rows = 0
-    if rows != n:
-        return (f"num_failures is {n:g} but {f} has {rows} row{'s' if rows != 1 else ''} "
-                "(one per failure episode)")
+        fails = pd.DataFrame()
+    rows = len(fails)
+    if n is not None and rows != n:
+        return (f"num_failures is {n:g} but {f} has {rows} row{'s' if rows != 1 else ''}"
+                + (" (one per failure episode)" if f.is_file() else " (it is missing)"))
+    for col in ("replayed_steps", "expected_replayed_steps"):
+        got = _num(row.get(col))
+        if got is None or col not in fails.columns:
+            continue
+        total = sum(x for x in (_num(v) for v in fails[col].tolist()) if x is not None)
+        if total != got:
+            return (f"{col} is {got:g} but the per-failure {col} of {f} sum to {total:g}")
     return None
 
 
@@ -152,25 +216,27 @@ def check_evidence(t, name: str = "results", root: str | Path | None = None) -> 
     """Refuse a records or results table with a row whose recorded conclusions its
     own evidence contradicts (module docstring): ``spec_hash`` against ``spec_json``,
     ``replay_ok`` against the replayed steps and the strategy's promise,
-    ``num_failures`` against the run's ``failures.csv``.
+    ``state_equal`` against ``max_abs_diff`` and ``loss_diff``, ``completed``
+    against ``final_step`` and the planned steps, ``num_failures`` and the replayed
+    steps against the run's ``failures.csv``.
 
     Args:
         t: the table (pandas DataFrame, one row per run), as
             :func:`jitbench.records.load_results` returns it.
         name: how the message names the table (its file, or ``--baseline FILE``).
-        root: the directory the table was read from (a sweep's run directories are
-            looked for below it when their recorded path moved); None: as recorded.
+        root: the path the table was read from (a run directory, a sweep, a tree of
+            runs or a table file): each row's run directory is found from it
+            (:func:`jitbench.records.run_dirs`); None: no run directory is read.
 
     Raises:
         InputError: the first contradiction, in one line naming ``name``, the
             1-based row, its run (configuration and repeat) and the field (exit 2).
     """
-    base = Path(root) if root is not None else None
-    if base is not None and base.is_file():
-        base = base.parent
+    dirs = run_dirs(t, root) if root is not None else [None] * len(t)
     for i, row in enumerate(t.to_dict("records")):
-        why = (_spec_contradiction(row) or replay_contradiction(row)
-               or _failures_contradiction(row, base))
+        why = (_spec_contradiction(row) or replay_contradiction(row) or _replay_measured(row)
+               or _state_contradiction(row) or _completed_contradiction(row)
+               or _failures_contradiction(row, dirs[i]))
         if why:
             where = _where(row)
             run = f" ({where})" if where else ""

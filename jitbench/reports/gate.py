@@ -68,7 +68,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from jitbench.errors import IncomparableError, InputError
-from jitbench.records import check_cells, is_bool
+from jitbench.records import check_cells, empty_cell, is_bool
 
 OWN = "own"
 """The strategy of a launched script's own recovery (``jitbench launch``, ``sweep
@@ -192,8 +192,9 @@ def _specs(t, key, name: str = "results") -> list[dict] | None:
         except ValueError:
             spec = None
         if not isinstance(spec, dict):
-            shown = cell if not isinstance(cell, str) or len(cell) <= 40 else cell[:40] + "..."
-            raise InputError(f"{name}: {'/'.join(map(str, key))}: spec_json is {shown!r}, "
+            shown = ("empty" if empty_cell(cell) else repr(cell) if len(str(cell)) <= 40
+                     else repr(str(cell)[:40] + "..."))
+            raise InputError(f"{name}: {'/'.join(map(str, key))}: spec_json is {shown}, "
                              "not a run spec (a JSON object; a corrupt table: nothing "
                              "compared)")
         out.append(_flatten(spec))

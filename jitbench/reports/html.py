@@ -36,6 +36,7 @@ from jitbench.reports.table import (
     fmt,
     good,
     markdown_table,
+    truth,
 )
 
 METRIC_NOTES = [
@@ -390,21 +391,34 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
         md += [f"- `{label}`: `{command}`" for label, command in scripts] + [""]
     if t is not None and len(t):
         n = len(t)
-        # a peer that does not promise the fault-free state is not counted against it
-        promised = (t["bitwise_promised"] != False) if "bitwise_promised" in t else True  # noqa: E712
-        eq = int(((t["state_equal"] == True) & promised).sum())  # noqa: E712
-        n_eq = int(promised.sum()) if "bitwise_promised" in t else len(t)
-        # nor a launched script's own recovery, which promises no replay bound
+        # a peer that does not promise the fault-free state is not counted against it,
+        # nor a run never compared (an empty state_equal: no reference, or one cut short)
         import pandas as pd
 
+        def _flags(col: str) -> tuple[pd.Series, pd.Series]:
+            """(true, non-empty) of a flag column, per row (all empty without it)."""
+            if col not in t:
+                no = pd.Series(False, index=t.index)
+                return no, no
+            vals = t[col].map(truth)
+            return vals.map(lambda v: v is True), vals.map(lambda v: v is not None)
+
+        promised = ((t["bitwise_promised"] != False) if "bitwise_promised" in t  # noqa: E712
+                    else pd.Series(True, index=t.index))
+        is_eq, compared = _flags("state_equal")
+        eq, n_eq = int((is_eq & promised).sum()), int((compared & promised).sum())
+        # nor a launched script's own recovery, which promises no replay bound
         judged = ((t["replay_promised"] != False) if "replay_promised" in t  # noqa: E712
                   else pd.Series(True, index=t.index))
-        rok = (int(((t["replay_ok"] == True) & judged).sum())  # noqa: E712
-               if "replay_ok" in t else 0)
-        n_r = int(judged.sum())
-        cards = [("runs", str(n), ""),
-                 ("state_equal", f"{eq}/{n_eq}", "ok" if eq == n_eq else "bad"),
-                 ("replay invariant", f"{rok}/{n_r}", "ok" if rok == n_r else "bad")]
+        is_ok, checked = _flags("replay_ok")
+        rok, n_r = int((is_ok & judged).sum()), int((checked & judged).sum())
+
+        def _card(k: int, of: int) -> tuple[str, str]:
+            """``k/of`` marked good or bad, or an unmarked dash when nothing was judged."""
+            return (f"{k}/{of}", "ok" if k == of else "bad") if of else (REPORT["none"], "")
+
+        cards = [("runs", str(n), ""), ("state_equal", *_card(eq, n_eq)),
+                 ("replay invariant", *_card(rok, n_r))]
         for s in plots.strategy_order(t["strategy"]):
             rec = t[t["strategy"] == s]["recovery_s"].median()
             cards.append((f"median recovery · {s}", f"{fmt(rec, 1, none=REPORT['none'])} s", ""))

@@ -60,15 +60,22 @@ class FromResults:
 
 def harness_stopped_rows(df: pd.DataFrame) -> pd.Series:
     """Which rows of a records table are runs the harness stopped (``--timeout-s``,
-    Ctrl-C or SIGTERM): ``harness_stopped`` true, or, in tables written before that
-    column, ``timed_out`` or ``interrupted`` true. Their detection and recovery figures
-    measure the stop (a hang never detected reads as detected by the stop's SIGTERM),
-    so ``--from-results`` leaves them out."""
-    out = pd.Series(False, index=df.index)
-    for col in ("harness_stopped", "timed_out", "interrupted"):
-        if col in df.columns:
-            out |= df[col].map(lambda v: records.is_bool(v, True))
-    return out
+    Ctrl-C or SIGTERM). A row's non-empty ``harness_stopped`` decides; only where that
+    column is absent or the row's cell empty (tables written before it) do
+    ``timed_out`` or ``interrupted`` true stand for it. They also count a stopped
+    fault-free reference, so beside ``harness_stopped`` they would drop runs whose
+    own launch completed. Their detection and recovery figures measure the stop (a
+    hang never detected reads as detected by the stop's SIGTERM), so
+    ``--from-results`` leaves them out."""
+
+    def stopped(row: dict) -> bool:
+        v = row.get("harness_stopped")
+        if not records.empty_cell(v):
+            return records.is_bool(v, True)
+        return any(records.is_bool(row.get(c), True) for c in ("timed_out", "interrupted"))
+
+    return pd.Series([stopped(r) for r in df.to_dict("records")], index=df.index,
+                     dtype=bool)
 
 
 def load_from_results(paths: Sequence[Path]) -> FromResults:

@@ -10,14 +10,13 @@ same list. :func:`fmt` is the one cell formatter. Reads records only.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from rich.table import Table
 from rich.text import Text
 
-from jitbench.records import SCHEMA
+from jitbench.records import SCHEMA, empty_cell
 
 
 def fmt(value: object, digits: int = 3, none: str = "-", yes: str = "true",
@@ -74,17 +73,22 @@ separators: markdown tables are read by scripts too)."""
 
 
 def _missing(v: Any) -> bool:
+    """A cell that holds nothing: None, NaN, pandas NA or blank text (never compared,
+    not measured)."""
     if hasattr(v, "item"):
         v = v.item()
-    return v is None or (isinstance(v, float) and math.isnan(v))
+    return empty_cell(v)
 
 
-def truth(v: Any) -> bool:
-    """A cell's truth: True only for a true value (None and NaN are false)."""
+def truth(v: Any) -> bool | None:
+    """A cell's truth: True or False for a flag (a boolean, 0/1, or true/false as
+    text), None for an empty cell (never compared: it is neither)."""
     if _missing(v):
-        return False
+        return None
     if hasattr(v, "item"):
         v = v.item()
+    if isinstance(v, str):
+        return v.strip().lower() in ("true", "1")
     return bool(v)
 
 
@@ -96,7 +100,7 @@ def cell(col: Column, row: Any, symbols: dict = TERMINAL) -> str:
         return "none (A/A control)"
     if col.format in ("text", "strategy"):
         return none if _missing(v) else str(v)
-    if col.format == "yesno" and _missing(v):  # no verdict (a biased A/A control)
+    if col.format in ("bool", "yesno") and _missing(v):  # never compared / no verdict
         return none
     if col.format in ("bool", "yesno"):
         return yes if truth(v) else no
@@ -110,10 +114,12 @@ def cell(col: Column, row: Any, symbols: dict = TERMINAL) -> str:
 
 def good(col: Column, row: Any) -> bool | None:
     """Whether the cell is marked good (True), bad (False) or not at all (None: nothing
-    to judge, or the strategy promises nothing about it, :attr:`Column.promised`)."""
+    to judge, or the strategy promises nothing about it, :attr:`Column.promised`). An
+    empty flag (``state_equal`` of a run never compared, ``replay_ok`` of a run that was
+    not judged) is nothing to judge: unmarked, never bad."""
     if col.promised is not None:
         v = row.get(col.promised)
-        if not _missing(v) and not truth(v):
+        if truth(v) is False:
             return None
     if col.ok is not None:
         return truth(row.get(col.ok))
