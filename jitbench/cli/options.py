@@ -20,7 +20,7 @@ import typer
 from jitbench.errors import SpecError, unknown
 from jitbench.runtime import strategies
 
-__all__ = ["Backend", "BatchSize", "FaultRank", "JsonRows", "JsonSummary", "Mtbf",
+__all__ = ["Backend", "BatchSize", "JsonRows", "JsonSummary", "Mtbf",
            "OverwriteOut", "Strategies", "Strategy", "Workload", "check_sizes", "csv_list",
            "option_groups", "parse_duration_s", "parse_nnodes"]
 
@@ -32,7 +32,6 @@ Strategies = Annotated[str, typer.Option(
 Backend = Annotated[str, typer.Option(
     help="Process-group backend: gloo (CPU) or nccl (one CUDA device per rank).")]
 BatchSize = Annotated[int, typer.Option(help="Micro-batch size per rank.")]
-FaultRank = Annotated[int, typer.Option(help="Rank the fault hits.")]
 Mtbf = Annotated[str | None, typer.Option(
     "--mtbf", help="The job's mean time between failures for periodic:auto: seconds, or with a "
                    "unit (90s, 10m, 2h, 1d). Whole job, not per GPU.")]

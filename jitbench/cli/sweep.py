@@ -19,7 +19,6 @@ from jitbench.cli.console import cell
 from jitbench.cli.options import (
     Backend,
     BatchSize,
-    FaultRank,
     Mtbf,
     OverwriteOut,
     check_sizes,
@@ -89,6 +88,28 @@ def parse_scripts(paths: list[Path] | None, args: list[str] | None) -> list[Swee
     return out
 
 
+def fault_placement(fault_step: int | None, fault_rank: int | None,
+                    mtbf_steps: float | None) -> dict[str, int]:
+    """The :class:`~jitbench.harness.sweep.SweepConfig` fields of ``--fault-step`` and
+    ``--fault-rank``: one fault at ``fault_step`` on ``fault_rank`` (their defaults
+    when not given), or with ``--fault-mtbf-steps`` the Poisson draw's
+    ``fault_start_step`` (``--fault-step``, as ``jitbench run`` takes it; its range is
+    checked by ``SweepConfig.validate``).
+
+    Raises:
+        SpecError: ``--fault-rank`` with ``--fault-mtbf-steps`` (the draw picks each
+            fault's rank from the seed, so the option would be ignored).
+    """
+    if mtbf_steps is None:
+        return {k: v for k, v in (("fault_step", fault_step), ("fault_rank", fault_rank))
+                if v is not None}
+    if fault_rank is not None:
+        raise SpecError("--fault-rank does not apply to --fault-mtbf-steps: a sweep's Poisson "
+                        "faults hit ranks drawn from each seed (drop --fault-rank, or sweep "
+                        "one fault per run with --fault-step)")
+    return {} if fault_step is None else {"fault_start_step": fault_step}
+
+
 def sweep(
     workloads: Annotated[str | None, typer.Option(
         help=f"Comma-separated workloads (default {DEFAULT_WORKLOADS}; with --script, none "
@@ -112,8 +133,13 @@ def sweep(
     seeds: Annotated[str, typer.Option(help="Comma-separated seeds.")] = "0",
     repeats: Annotated[int, typer.Option(help="Runs of each configuration.")] = 1,
     steps: Annotated[int, typer.Option(help="Optimizer steps per run.")] = 24,
-    fault_step: Annotated[int, typer.Option(help="Step the fault fires at.")] = 14,
-    fault_rank: FaultRank = 1,
+    fault_step: Annotated[int | None, typer.Option(
+        help="Step the fault fires at (default 14); with --fault-mtbf-steps, the step the "
+             "Poisson draw starts at (default 1), as in 'jitbench run'.",
+        show_default=False)] = None,
+    fault_rank: Annotated[int | None, typer.Option(
+        help="Rank the fault hits (default 1; not with --fault-mtbf-steps, whose faults "
+             "hit ranks drawn from each seed).", show_default=False)] = None,
     nproc: Annotated[int, typer.Option("--nproc", help="Ranks per run.")] = 2,
     backend: Backend = "gloo",
     batch_size: BatchSize = 8,
@@ -123,8 +149,8 @@ def sweep(
     mtbf: Mtbf = None,
     fault_mtbf_steps: Annotated[float | None, typer.Option(
         "--fault-mtbf-steps", help="Poisson faults (mean steps between failures, random "
-        "ranks, seeded by each seed) instead of one at --fault-step; the model "
-        "validation runs on such sweeps.")] = None,
+        "ranks, seeded by each seed, drawn from --fault-step on) instead of one at "
+        "--fault-step; the model validation runs on such sweeps.")] = None,
     fault_count: Annotated[int | None, typer.Option(
         help="At most this many faults per run (--fault-mtbf-steps).")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Sweep directory "
@@ -154,13 +180,15 @@ def sweep(
     if strategies is None:
         strategies = (DEFAULT_STRATEGIES if not script_list else
                       "jit" if csv_list(workloads, "--workloads") else SCRIPT_STRATEGIES)
+    # every fault-placement option is honoured or refused, as 'jitbench run' does:
+    # with --fault-mtbf-steps --fault-step starts the draw; the draw picks the ranks
+    placement = fault_placement(fault_step, fault_rank, fault_mtbf_steps)
     cfg = SweepConfig(workloads=csv_list(workloads, "--workloads"), scripts=script_list,
                       strategies=csv_list(strategies, "--strategies"),
                       faults=csv_list(faults, "--faults"), seeds=seed_list, repeats=repeats,
-                      steps=steps, fault_step=fault_step, fault_rank=fault_rank, nproc=nproc,
-                      backend=backend, batch_size=batch_size, sizes=size_map,
-                      mtbf_s=parse_duration_s(mtbf), fault_mtbf_steps=fault_mtbf_steps,
-                      fault_count=fault_count)
+                      steps=steps, nproc=nproc, backend=backend, batch_size=batch_size,
+                      sizes=size_map, mtbf_s=parse_duration_s(mtbf),
+                      fault_mtbf_steps=fault_mtbf_steps, fault_count=fault_count, **placement)
     cfg.validate()
     if out_dir is None:
         out_dir = Path("sweeps") / time.strftime("%Y%m%d-%H%M%S")

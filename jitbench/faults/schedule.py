@@ -369,6 +369,21 @@ def start_range(steps: int) -> str:
             else "it must be >= 1")
 
 
+def check_start_step(step: int, steps: int, trigger: str) -> None:
+    """Refuse ``--fault-step`` as the start of a Poisson draw (``trigger``: the flag that
+    asked for the draw, ``--fault-mtbf-steps`` or ``--fault-mtbf-s``) outside the run:
+    such a draw places no fault whatever the seed. ``jitbench run`` and ``jitbench
+    sweep`` both check with it.
+
+    Raises:
+        ScheduleError: ``--fault-step N (the step TRIGGER starts drawing faults at) is
+            outside the run: it must be in 1..S-1 (the run has S steps)``.
+    """
+    if step < 1 or (steps_known(steps) and step >= steps):
+        raise ScheduleError(f"--fault-step {step} (the step {trigger} starts drawing faults "
+                            f"at) is outside the run: " + start_range(steps))
+
+
 def empty_draw(where: str, steps: int, seed: int | list[int], mtbf_steps: float | None,
                mtbf_s: float | None, horizon_s: float | None, start_step: int = 1) -> str:
     """The one line refusing a Poisson plan whose seeded draw placed no fault in the
@@ -526,12 +541,8 @@ def plan_from_options(kind: str | None, rank: int | None, step: int | None, step
     if time_s is not None and not (math.isfinite(time_s) and time_s >= 0):
         raise ScheduleError(f"--fault-time-s must be a finite number >= 0, got {time_s}")
     if mtbf_steps is not None or mtbf_s is not None:
-        if step is not None and (step < 1 or (steps_known(steps) and step >= steps)):
-            # with a Poisson trigger --fault-step is the step the draw starts at: one
-            # outside the run places no fault whatever the seed
-            raise ScheduleError(f"--fault-step {step} (the step {triggers[0]} starts "
-                                f"drawing faults at) is outside the run: "
-                                + start_range(steps))
+        if step is not None:
+            check_start_step(step, steps, triggers[0])
         faults = poisson([kind], [rank], steps, seed, mtbf_steps=mtbf_steps, mtbf_s=mtbf_s,
                          horizon_s=None, start_step=1 if step is None else step,
                          max_faults=count if count is not None else

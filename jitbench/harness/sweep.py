@@ -113,8 +113,11 @@ class SweepConfig:
     fault_step: int = 14
     """Step at which the fault fires (not a multiple of the default interval, so
     periodic strategies replay the steps since their last checkpoint). A script
-    decides its own number of steps: it must run past this one."""
+    decides its own number of steps: it must run past this one. Not used with
+    ``fault_mtbf_steps`` (its draw starts at ``fault_start_step``)."""
     fault_rank: int = 1
+    """Rank the fault hits; not used with ``fault_mtbf_steps`` (its faults hit ranks
+    drawn from the seed: ``jitbench sweep`` refuses ``--fault-rank`` there)."""
     nproc: int = 2
     backend: str = "gloo"
     """Process-group backend of every run (``gloo`` or ``nccl``)."""
@@ -131,6 +134,12 @@ class SweepConfig:
     validation (``jitbench validate``) runs on such sweeps."""
     fault_count: int | None = None
     """With ``fault_mtbf_steps``: at most this many faults per run."""
+    fault_start_step: int = 1
+    """With ``fault_mtbf_steps``: the first step its draw may place a fault at
+    (``--fault-step`` with ``--fault-mtbf-steps``, as in ``jitbench run``): the
+    arrivals are counted from step ``fault_start_step - 1`` and must lie in
+    ``fault_start_step..steps-1``. A ``sweep.json`` written before this field drew
+    from step 1, its default."""
     hang_floor_s: float = hang.FLOOR_S
     """Hang bound floor of every run (s; :mod:`jitbench.hang`)."""
     hang_first_s: float = hang.FIRST_S
@@ -139,10 +148,12 @@ class SweepConfig:
     """Per launch."""
 
     def validate(self) -> None:
-        """Raises SpecError (one line) for an unknown name or an unusable matrix: among
-        others a strategy a launched script cannot run (``--script`` takes ``own`` and
-        ``jit`` only) and ``own`` beside built-in workloads (they have no recovery of
-        their own)."""
+        """Raises SpecError or ScheduleError (one line, exit 2) for an unknown name or an
+        unusable matrix: among others a strategy a launched script cannot run
+        (``--script`` takes ``own`` and ``jit`` only), ``own`` beside built-in workloads
+        (they have no recovery of their own), a Poisson start step outside the run
+        (:func:`jitbench.faults.schedule.check_start_step`, as ``jitbench run``) and an
+        ``mtbf_s`` that no ``periodic:auto`` strategy reads."""
         if not ((self.workloads or self.scripts) and self.strategies and self.faults
                 and self.seeds):
             raise SpecError("a sweep needs at least one workload (or --script), strategy, "
@@ -180,6 +191,19 @@ class SweepConfig:
                 raise SpecError("--fault-count applies to --fault-mtbf-steps")
             if self.fault_count < 1:
                 raise SpecError(f"--fault-count must be >= 1, got {self.fault_count}")
+        if self.fault_mtbf_steps is None and self.fault_start_step != 1:
+            raise SpecError("fault_start_step (the step a Poisson draw starts at) applies to "
+                            "--fault-mtbf-steps; a single fault fires at fault_step")
+        if self.fault_mtbf_steps is not None:
+            from jitbench.faults.schedule import check_start_step
+
+            check_start_step(self.fault_start_step, self.steps, "--fault-mtbf-steps")
+        if self.mtbf_s is not None and not any(
+                Strategy.parse(s).auto for s in self.strategies if s != "own"):
+            # as jitbench run refuses it: an --mtbf no strategy reads would be ignored
+            raise SpecError("--mtbf sizes the interval of periodic:auto, and no strategy of "
+                            f"the sweep ({', '.join(self.strategies)}) is periodic:auto "
+                            "(for fault arrivals: --fault-mtbf-steps)")
         if self.fault_mtbf_steps is not None and self.faults and not any(
                 self._faults(f, seed) for f in self.faults for seed in self.seeds):
             # a seed whose draw is empty is a fault-free sample of the process (kept);
@@ -187,7 +211,8 @@ class SweepConfig:
             from jitbench.faults.schedule import empty_draw
 
             raise SpecError(empty_draw("--fault-mtbf-steps", self.steps, list(self.seeds),
-                                       self.fault_mtbf_steps, None, None))
+                                       self.fault_mtbf_steps, None, None,
+                                       self.fault_start_step))
         for w in self.workloads:
             for s in self.strategies:
                 self.spec(w, s, self.faults[0], self.seeds[0]).validate()
@@ -213,7 +238,8 @@ class SweepConfig:
             from jitbench.faults.schedule import poisson
 
             return poisson([fault], list(range(self.nproc)), self.steps, seed,
-                           mtbf_steps=self.fault_mtbf_steps, max_faults=self.fault_count)
+                           mtbf_steps=self.fault_mtbf_steps, max_faults=self.fault_count,
+                           start_step=self.fault_start_step, where="--fault-mtbf-steps")
         return [FaultSpec(fault, self.fault_rank, self.fault_step)]
 
     def script_spec(self, label: str, strategy: str, fault: str | None,
