@@ -237,7 +237,8 @@ class JobOptions:
              "jit:backstop=N, periodic:N, none).")] = "ddp"
     ckpt_dir: Annotated[Path | None, typer.Option(
         help="Checkpoint directory (default RUN_DIR/ckpt); an existing one must hold this "
-             "same training's checkpoints and the run resumes from it.")] = None
+             "same training's checkpoints and the run resumes from it. Refused for "
+             "strategies that never read or write one (none, torchft).")] = None
     mtbf: Mtbf = None
     final_checkpoint: Annotated[bool, typer.Option(
         help="Write a checkpoint of the final state into the checkpoint directory at the "

@@ -144,11 +144,15 @@ def check_ckpt_dir(spec: RunSpec) -> None:
     every save would fail, and the replay that follows would read as a broken
     promise (a new-user trial: exit 4 on a read-only copy of a run's checkpoints).
     One with committed parts must match the spec's world size and
-    :meth:`RunSpec.fingerprint` (the same workload, data, batch, steps, seed), and the
+    :meth:`RunSpec.fingerprint` (the same workload, data, batch, steps, seed), and,
+    under a strategy that restores from it (registry entry ``restores``), the
     step it resumes after (:func:`resume_step`: the newest part the runtime's restore
     would load, not a newer one whose data is missing or corrupt, which it skips)
     must come before every step-triggered planned fault (other than one at
-    ``restore``): such a fault would fire late or never.
+    ``restore``): such a fault would fire late or never. A strategy that never
+    restores starts afresh whatever the directory holds, so its faults are not
+    compared with it (:meth:`RunSpec.validate` refuses its ``--ckpt-dir`` unless it
+    writes there).
 
     Raises:
         SpecError: one line naming the first mismatch or the first fault planned at
@@ -192,6 +196,8 @@ def check_ckpt_dir(spec: RunSpec) -> None:
         except ckpt.CheckpointMismatch as exc:
             raise SpecError(f"checkpoint directory {d} holds another job's checkpoints: "
                             f"{exc}{_differences(d, spec, manifest.get('run_id'))}") from exc
+    if not strategies.parse(spec.strategy).entry.restores:
+        return  # the job never resumes from the directory: no planned fault moves
     try:
         newest = resume_step(d, spec) if manifests else 0
     except ckpt.CheckpointMismatch as exc:

@@ -131,7 +131,9 @@ class RunSpec:
     ckpt_dir: str | None = None
     """Checkpoint directory; None: ``RUN_DIR/ckpt``. An existing one must hold
     checkpoints of this same training (see :meth:`fingerprint`); the run resumes
-    from its newest valid checkpoint."""
+    from its newest valid checkpoint where the strategy restores from one (its
+    registry entry's ``restores``). Refused for a strategy that neither restores
+    nor writes checkpoints (``none``, ``torchft``)."""
     mtbf_s: float | None = None
     """The job's mean time between failures (s, whole job) for ``periodic:auto``."""
     final_checkpoint: bool = False
@@ -231,6 +233,13 @@ class RunSpec:
         if st.entry.launcher != "agent" and self.nnodes > 1:
             raise SpecError(f"strategy {st.name} runs on one node here (its launcher binds "
                             "the loopback address)")
+        if self.ckpt_dir is not None and not st.entry.restores and not st.writers:
+            # an option that would be ignored: the job never reads the directory (it
+            # starts afresh or heals from a peer) and writes nothing there
+            raise SpecError(f"--ckpt-dir {self.ckpt_dir}: strategy {st.name} neither "
+                            "restores from a checkpoint directory nor writes to one, so the "
+                            "option would be ignored; drop --ckpt-dir (or resume with a "
+                            "strategy that checkpoints: jit, periodic:N)")
         if self.final_checkpoint and st.entry.writes == "never":
             raise SpecError(f"--final-checkpoint: strategy {st.name} never reads checkpoints, "
                             "so no later job could resume from one")

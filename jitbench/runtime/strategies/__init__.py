@@ -69,6 +69,14 @@ class Entry:
     """Who writes checkpoint files, and when: ``never``, ``rank0`` (rank 0, on its
     schedule) or ``on_failure`` (the survivors, when a peer fails). Storage faults
     are refused up front where they could never fire."""
+    restores: bool = True
+    """Whether the job restores from its checkpoint directory (``--ckpt-dir``, default
+    ``RUN_DIR/ckpt``) at start and at each restart: the newest valid checkpoint there
+    (:func:`jitbench.runtime.checkpoint.newest_valid`). False for a strategy that always
+    starts afresh (``none``: from step 0) or heals from a live peer (``torchft``):
+    the run's pre-check of a given ``--ckpt-dir`` against the planned faults applies
+    only where this is true, and such a strategy that writes nothing there refuses
+    ``--ckpt-dir``. The runtime reads it as ``Strategy.reads_checkpoints``."""
     launcher: str = "agent"
     """How the harness starts the job: ``agent`` (one torchrun elastic agent restarts
     the whole group), ``replicas`` (one agent per replica plus hot spares and a
@@ -118,7 +126,7 @@ REGISTRY: dict[str, Entry] = {e.name: e for e in (
           "from a healthy replica", launcher="replicas"),
     Entry("none", "jitbench.runtime.strategies.none:NoCheckpoint",
           "no checkpoints: a failure restarts from step 0", replay_bound="all",
-          writes="never"),
+          writes="never", restores=False),
     Entry("periodic", "jitbench.runtime.strategies.periodic:Periodic",
           "synchronous checkpoint every N steps (periodic:auto: Young/Daly interval)",
           interval="auto", replay_bound="interval", writes="rank0"),
@@ -130,8 +138,8 @@ REGISTRY: dict[str, Entry] = {e.name: e for e in (
                   "save still writing"),
     Entry("torchft", "jitbench.runtime.strategies.torchft:TorchFT",
           "torchft: per-step quorum (Lighthouse), survivors go on, the replacement heals "
-          "from a survivor", replay_bound="none", writes="never", launcher="torchft",
-          bitwise=False,
+          "from a survivor", replay_bound="none", writes="never", restores=False,
+          launcher="torchft", bitwise=False,
           requires=("torchft",), extra="peers",
           promise="no committed step is executed twice, and the replacement joins at the "
                   "survivors' step with the survivors' state (equal parameters at every "

@@ -28,10 +28,12 @@ hook                   called
 
 Class attributes: ``snapshot_each_step`` (the facade refreshes the boundary
 snapshot at every step end under the state lock, so a failure save reads the
-last boundary; ``benchmarks/runtime-step-cost.txt`` measures its cost) and ``reads_checkpoints``
-(restore looks in the checkpoint directory). The replay promise
-(``replay_bound``) is the registry entry's
-(:data:`jitbench.runtime.strategies.REGISTRY`).
+last boundary; ``benchmarks/runtime-step-cost.txt`` measures its cost). Whether
+restore looks in the checkpoint directory (``reads_checkpoints``) and the replay
+promise (``replay_bound``) are the registry entry's
+(:data:`jitbench.runtime.strategies.REGISTRY`: ``restores``, ``replay_bound``), so
+the harness, which reads the registry without importing a strategy, and the
+runtime agree.
 
 A strategy reads the live :class:`~jitbench.runtime.config.RuntimeConfig` it
 was built with (the facade's own: ``periodic:auto`` writes the interval it
@@ -98,9 +100,6 @@ class Strategy:
     """The registry name (``jit``, ``periodic``, ...)."""
     snapshot_each_step: ClassVar[bool] = False
     """Refresh the boundary snapshot at every step end (see the module docstring)."""
-    reads_checkpoints: ClassVar[bool] = True
-    """Restore loads the newest valid checkpoint (False: always a fresh start)."""
-
     def __init__(self, config: RuntimeConfig) -> None:
         self.validate(config)
         self.config = config
@@ -112,6 +111,14 @@ class Strategy:
         Raises:
             ValueError: one line naming what is missing.
         """
+
+    @property
+    def reads_checkpoints(self) -> bool:
+        """Restore loads the newest valid checkpoint of the checkpoint directory (False:
+        a fresh start, or a state from elsewhere): the registry entry's ``restores``
+        (True for a name the registry does not know)."""
+        entry = REGISTRY.get(self.name)
+        return entry.restores if entry is not None else True
 
     @property
     def replay_bound(self) -> str:

@@ -11,4 +11,3 @@ class NoCheckpoint(Strategy):
     """Writes nothing and restores nothing (every hook is the base's no-op)."""
 
     name = "none"
-    reads_checkpoints = False

@@ -90,7 +90,6 @@ class TorchFT(Strategy):
     :func:`wrap_model`. Hooks keep their defaults."""
 
     name = "torchft"
-    reads_checkpoints = False
 
 
 def make_manager(*, replica_id: str, lighthouse: str, timeout_s: float,
