@@ -434,6 +434,7 @@ def launch_spec(base: RunSpec, cfg: OverheadConfig, strategy: str) -> RunSpec:
     cfg.validate()  # fills in the default segment length
     d = RunSpec.from_dict(__import__("dataclasses").asdict(base))
     d.faults, d.segments = [], []
+    d.step_cpu_time = True  # cpu_overhead_pct, as segment runs record it
     d.strategy = "none" if strategy == CONTROL else strategy
     d.workload.steps = max(1, cfg.warmup_steps) + cfg.segment_steps + 1
     d.save_final_state = False

@@ -143,6 +143,12 @@ class RunSpec:
     """Steady-state overhead runs only: ``[[first_step, strategy, repeat], ...]``; the
     worker switches the runtime's strategy at each first step
     (:mod:`jitbench.harness.overhead`). Empty: one strategy for the whole run."""
+    step_cpu_time: bool = False
+    """Record the process CPU time (:func:`time.process_time`) in every step-begin event
+    although the run has no :attr:`segments`: a launch-mode overhead measurement
+    (:func:`jitbench.harness.overhead.launch_spec`), whose CPU-time overhead needs it.
+    Overhead runs with segments always record it; other runs never (a system call per
+    step on the training thread)."""
     version: int = SPEC_VERSION
 
     @property
@@ -199,7 +205,7 @@ class RunSpec:
                              hang_first_s=NO_HANG_BOUND_S if off else self.hang_first_s, run_id=self.fingerprint(),
                              mtbf_s=self.mtbf_s if st.auto else None,
                              final_checkpoint=self.final_checkpoint,
-                             step_cpu_time=bool(self.segments))
+                             step_cpu_time=bool(self.segments) or self.step_cpu_time)
 
     def validate(self) -> None:
         """Check every field.

@@ -123,7 +123,11 @@ def test_overhead_of_a_strategy_with_its_own_launcher_is_measured_in_launches():
     base = RunSpec(workload=WorkloadConfig(name="gpt", size="tiny"))
     sp = launch_spec(base, cfg, "none-aa")
     assert sp.strategy == "none" and sp.steps == 3 + 6 + 1 and not sp.faults
-    assert launch_spec(base, cfg, "jit-inprocess").strategy == "jit-inprocess"
+    ip = launch_spec(base, cfg, "jit-inprocess")
+    assert ip.strategy == "jit-inprocess"
+    # a launch has no segments, yet its CPU-time overhead needs cpu_s in step-begin events
+    assert not ip.segments and ip.runtime_config("ckpt").step_cpu_time
+    assert not base.runtime_config("ckpt").step_cpu_time
 
 
 def _synthetic(cfg, true_pct, drift=0.0, noise=0.0, seed=0):
