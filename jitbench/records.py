@@ -27,10 +27,10 @@ from typing import Any
 
 from jitbench.errors import ExitStatus, InputError
 
-__all__ = ["KEY_COLUMNS", "RESULTS_VERSION", "SCHEMA", "SUMMARY_VERSION", "Field",
-           "check_cells", "empty_cell", "fault_kinds", "find_table", "is_bool", "load_failures",
-           "load_results", "run_dirs", "spec_hash", "table_verdict",
-           "verdict"]
+__all__ = ["KEY_COLUMNS", "REFERENCE_NOT_STARTED", "RESULTS_VERSION", "SCHEMA",
+           "SUMMARY_VERSION", "Field", "check_cells", "empty_cell", "fault_kinds", "find_table",
+           "is_bool", "load_failures", "load_results", "reference_not_compared", "run_dirs",
+           "spec_hash", "table_verdict", "verdict"]
 
 SUMMARY_VERSION = 1
 """Schema version of ``summary.json`` and of a run's record row."""
@@ -561,6 +561,19 @@ def load_failures(path: str | Path, runs=None):
 
 
 # ---------------------------------------------------------------- verdict
+REFERENCE_NOT_STARTED = "not started (Ctrl-C or SIGTERM came first)"
+"""``reference_cut_short`` of a fault-free reference that was never launched: Ctrl-C or
+SIGTERM arrived once the run had ended by itself, before the reference began."""
+
+
+def reference_not_compared(cut: str) -> str:
+    """Why the final states of a run were not compared, in words, from its
+    ``reference_cut_short`` (``cut``): ``the fault-free reference was CUT before its end,
+    so the final states were not compared`` (one never started: not "before its end")."""
+    end = "" if cut == REFERENCE_NOT_STARTED else " before its end"
+    return f"the fault-free reference was {cut}{end}, so the final states were not compared"
+
+
 def is_bool(value: Any, want: bool) -> bool:
     """``value`` is the boolean ``want`` (numpy/pandas scalars and "True" strings too)."""
     if hasattr(value, "item"):
@@ -581,7 +594,8 @@ def _num(value: Any) -> float:
 def verdict(summary: dict, strict: bool = False) -> tuple[ExitStatus, str]:
     """The exit status of a finished run and one line saying why.
 
-    In order: interrupted (130); a worker refused its input, e.g. another job's
+    In order: interrupted (130; also a ``late_interrupt``, one that stopped nothing:
+    the records are complete, the reason says so); a worker refused its input, e.g. another job's
     checkpoint directory (2); the launch timed out or the job did not complete
     (3); the fault-free reference did not run to its end (``reference_cut_short``:
     it failed or was stopped), so the final states were not compared (3; not for a
@@ -603,6 +617,9 @@ def verdict(summary: dict, strict: bool = False) -> tuple[ExitStatus, str]:
     """
     s = summary
     if is_bool(s.get("interrupted"), True):
+        if is_bool(s.get("late_interrupt"), True):  # nothing was stopped
+            return ExitStatus.INTERRUPTED, ("interrupted once its launches had ended; the "
+                                            "records are complete")
         return ExitStatus.INTERRUPTED, "interrupted; what was recorded is kept"
     completed = is_bool(s.get("completed"), True)
     if s.get("error_kind") in ("checkpoint", "input") and not completed:
@@ -617,8 +634,7 @@ def verdict(summary: dict, strict: bool = False) -> tuple[ExitStatus, str]:
     cut = s.get("reference_cut_short")
     if isinstance(cut, str) and cut and not is_bool(s.get("bitwise_promised"), False):
         # the fault-free reference itself failed or was stopped: the oracle never ran
-        return ExitStatus.RUN_FAILED, (f"the fault-free reference was {cut} before its "
-                                       "end, so the final states were not compared")
+        return ExitStatus.RUN_FAILED, reference_not_compared(cut)
     unfired = list(s.get("unfired") or [])
     n_unfired = len(unfired) or int(_num(s.get("unfired_faults")))
     if strict and n_unfired:

@@ -10,9 +10,11 @@ Errors the user can cause are :class:`~jitbench.errors.JitbenchError`\\ s;
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -23,18 +25,33 @@ from jitbench.errors import ExitStatus, InputError, JitbenchError
 
 __all__ = ["app", "main", "repeated_option"]
 
+
+class _Interrupted(Exception):
+    """Ctrl-C or SIGTERM (``KeyboardInterrupt``) that a command did not take itself:
+    typer would turn it into a silent exit 130 (click into a silent ``Abort``);
+    :func:`main` says ``interrupted``."""
+
+
+def _interruptible(command: Callable) -> Callable:
+    """``command`` with a ``KeyboardInterrupt`` it lets out raised as :class:`_Interrupted`."""
+
+    @functools.wraps(command)
+    def call(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except KeyboardInterrupt as exc:
+            raise _Interrupted from exc
+
+    return call
+
+
 app = typer.Typer(add_completion=False, rich_markup_mode=None, no_args_is_help=True,
                   help="Fault-injection testbed and benchmark for JIT checkpointing.")
-app.command("run")(run.run)
-app.command("launch")(launch.launch)
-app.command("faults")(faults.faults)
-app.command("model")(model.model)
-app.command("validate")(validate.validate)
-app.command("sweep")(sweep.sweep)
-app.command("overhead")(overhead.overhead)
-app.command("report")(report.report)
-app.command("gate")(gate.gate)
-app.command("io")(io.io)
+for _name, _command in (("run", run.run), ("launch", launch.launch), ("faults", faults.faults),
+                        ("model", model.model), ("validate", validate.validate),
+                        ("sweep", sweep.sweep), ("overhead", overhead.overhead),
+                        ("report", report.report), ("gate", gate.gate), ("io", io.io)):
+    app.command(_name)(_interruptible(_command))
 
 _debug = {"on": False}
 
@@ -139,7 +156,9 @@ def repeated_option(args: list[str]) -> str | None:
 def main() -> None:
     """Console-script entry point: maps errors to exit statuses, one line each.
 
-    SIGTERM is handled like Ctrl-C: workers are stopped, records kept, exit 130.
+    SIGTERM is handled like Ctrl-C: workers are stopped, records kept, exit 130,
+    always with one line (the command's own, naming its directory, else
+    ``interrupted``).
     """
     try:
         signal.signal(signal.SIGTERM, _on_sigterm)
@@ -158,7 +177,7 @@ def main() -> None:
         sys.exit(int(exc.exit_status))
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Interrupted):
         line("interrupted")
         sys.exit(int(ExitStatus.INTERRUPTED))
     except SystemExit:
@@ -172,7 +191,8 @@ def main() -> None:
             hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
             line(f"error: {' '.join(exc.format_message().split())}{hint}")
             sys.exit(exc.exit_code)
-        if type(exc).__name__ == "Abort":
+        if type(exc).__name__ == "Abort":  # click's Ctrl-C: never a silent exit
+            line("interrupted")
             sys.exit(int(ExitStatus.INTERRUPTED))
         if _debug["on"]:
             raise

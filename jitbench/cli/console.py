@@ -7,6 +7,8 @@ The rich consoles are built on first use, so commands that print plain text
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -34,6 +36,25 @@ def err() -> Console:
 def line(text: str) -> None:
     """One plain line on stderr (never wrapped or styled)."""
     print(text, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def on_interrupt(where: object, extra: str = "") -> Iterator[None]:
+    """End the command on Ctrl-C or SIGTERM inside the block (a ``KeyboardInterrupt``:
+    a second one while a stop is under way, or one outside a launch) with one line on
+    stderr, ``interrupted; records kept in WHERE`` and ``extra``, printed with further
+    signals held back, and exit status 130 (never click's silent abort)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        import typer
+
+        from jitbench.errors import ExitStatus
+        from jitbench.harness.launch import held_signals
+
+        with held_signals(reraise=False):
+            line(f"interrupted; records kept in {where}{extra}")
+        raise typer.Exit(int(ExitStatus.INTERRUPTED)) from None
 
 
 def cell(value: object, digits: int = 2) -> str:

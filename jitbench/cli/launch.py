@@ -178,30 +178,33 @@ def launch(faults: FaultOptions, job: ScriptOptions, detection: DetectionOptions
     prepare_dir(run_dir, output.overwrite, spec)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("step {task.completed}"),
-                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console.err(),
-                  transient=output.as_json) as bar:
-        tasks: dict[str, int] = {}
+    with console.on_interrupt(run_dir):  # one line and 130, whenever Ctrl-C comes
+        with Progress(TextColumn("{task.description}"), BarColumn(),
+                      TextColumn("step {task.completed}"), TextColumn("{task.fields[info]}"),
+                      TimeElapsedColumn(), console=console.err(),
+                      transient=output.as_json) as bar:
+            tasks: dict[str, int] = {}
 
-        def progress(label: str, st: dict) -> None:
-            if label not in tasks:
-                tasks[label] = bar.add_task(label, total=job.steps, info="")
-            loss = st.get("loss")
-            info = f"attempt {st.get('attempt', 0)}" + (f" loss {loss:.3f}" if loss else "")
-            bar.update(tasks[label], completed=st.get("step", 0), info=info)
+            def progress(label: str, st: dict) -> None:
+                if label not in tasks:
+                    tasks[label] = bar.add_task(label, total=job.steps, info="")
+                loss = st.get("loss")
+                info = f"attempt {st.get('attempt', 0)}" + (f" loss {loss:.3f}" if loss else "")
+                bar.update(tasks[label], completed=st.get("step", 0), info=info)
 
-        outcome = run_script(spec, run_dir, reference=output.reference,
-                             overwrite=output.overwrite, progress=progress,
-                             timeout_s=output.timeout_s, reference_from=job.reference_dir)
-    summary = outcome.summary
-    show_summary(summary, outcome.run_dir, output.as_json)
-    if not output.as_json:
-        for warning in summary.get("warnings") or []:
-            console.line(f"warning: {warning}")
-    status, message = outcome_status(summary, spec.strategy, outcome.run_dir, output.timeout_s)
-    if message:
-        console.line(message)
-        if summary.get("error_kind") == "script" and summary.get("error_tail"):
-            console.line("last lines of the script's output:\n" + summary["error_tail"])
+            outcome = run_script(spec, run_dir, reference=output.reference,
+                                 overwrite=output.overwrite, progress=progress,
+                                 timeout_s=output.timeout_s, reference_from=job.reference_dir)
+        summary = outcome.summary
+        show_summary(summary, outcome.run_dir, output.as_json)
+        if not output.as_json:
+            for warning in summary.get("warnings") or []:
+                console.line(f"warning: {warning}")
+        status, message = outcome_status(summary, spec.strategy, outcome.run_dir,
+                                         output.timeout_s)
+        if message:
+            console.line(message)
+            if summary.get("error_kind") == "script" and summary.get("error_tail"):
+                console.line("last lines of the script's output:\n" + summary["error_tail"])
     if status:
         raise typer.Exit(int(status))

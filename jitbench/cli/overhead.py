@@ -110,20 +110,19 @@ def overhead(
     else:
         what = (f"{len(cfg.order())} launches (strategies with their own launcher: one "
                 "launch each per repeat)")
-    with console.err().status(f"overhead: {workload} x{nproc}, {what}"):
-        try:
-            res = run_overhead(base, cfg, out_dir, overwrite=overwrite)
-        except RuntimeError as exc:
-            console.line(f"error: {exc}")
-            raise typer.Exit(int(ExitStatus.RUN_FAILED)) from None
-        except KeyboardInterrupt:
-            console.line(f"interrupted; records kept in {out_dir}")
-            raise typer.Exit(int(ExitStatus.INTERRUPTED)) from None
-    if as_json:
-        print(json.dumps(res.summary))
-        return
-    console.out().print(overhead_table(res.summary, res.meta))
-    console.out().print(f"output: {out_dir}/overhead.csv  (launch wall {res.meta['wall_s']:.0f} s)")
+    with console.on_interrupt(out_dir):  # one line and 130, whenever Ctrl-C comes
+        with console.err().status(f"overhead: {workload} x{nproc}, {what}"):
+            try:
+                res = run_overhead(base, cfg, out_dir, overwrite=overwrite)
+            except RuntimeError as exc:
+                console.line(f"error: {exc}")
+                raise typer.Exit(int(ExitStatus.RUN_FAILED)) from None
+        if as_json:
+            print(json.dumps(res.summary))
+            return
+        console.out().print(overhead_table(res.summary, res.meta))
+        console.out().print(f"output: {out_dir}/overhead.csv  (launch wall "
+                            f"{res.meta['wall_s']:.0f} s)")
 
 
 def row_verdict(r: dict) -> str:

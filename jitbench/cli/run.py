@@ -389,16 +389,24 @@ def outcome_status(s: dict, strategy: str, run_dir: Path,
     whose planned faults partly never fired succeeds with a warning line; a reference
     cut short (``reference_cut_short``) is named in the line, and one that failed or
     was stopped while the run completed is exit 3 (its final states were not
-    compared), pointing at the reference's ``agent.log``. ``strategy`` is the one
-    run (a summary names it too)."""
-    from jitbench.records import verdict
+    compared), pointing at the reference's ``agent.log``; an interrupt that stopped
+    nothing (``late_interrupt``) is 130 with a line saying the records are complete.
+    ``strategy`` is the one run (a summary names it too)."""
+    from jitbench.records import reference_not_compared, verdict
 
     status, why = verdict({"strategy": strategy, **s})
     cut = s.get("reference_cut_short")
-    ref = (f" (the run completed; the fault-free reference was {cut} before its end, so "
-           "the final states were not compared)" if cut and s.get("completed") else "")
+    ref = (f" (the run completed; {reference_not_compared(cut)})" if cut and s.get("completed")
+           else "")
     if status == ExitStatus.OK:
         return status, why if why.startswith("warning") else None
+    if status == ExitStatus.INTERRUPTED and s.get("late_interrupt"):
+        # it stopped nothing: every launch had ended by itself (a reference due was
+        # not started), and the records are whole
+        what = "the run and its fault-free reference" if s.get("reference_dir") else "the run"
+        note = f"; {reference_not_compared(cut)}" if cut and s.get("completed") else ""
+        return status, (f"interrupted after {what} ended (nothing was stopped){note}; "
+                        f"records complete in {run_dir}")
     if status == ExitStatus.INTERRUPTED:
         return status, f"interrupted{ref}; records kept in {run_dir}"
     if status == ExitStatus.RUN_FAILED:
@@ -417,7 +425,9 @@ def run(faults: FaultOptions, training: TrainingOptions, job: JobOptions,
     """Train, inject a fault, measure the recovery.
 
     Trains a workload under a checkpointing strategy, injects the fault, and
-    compares the final state with a fault-free reference run."""
+    compares the final state with a fault-free reference run. Ctrl-C or SIGTERM
+    stops the launch it meets (a reference not yet started is skipped; one that
+    has ended is compared), keeps the records and exits 130 with one line."""
     spec = build_spec(faults, training, job, detection)
     if output.timeout_s is not None and not output.timeout_s > 0:
         raise InputError(f"--timeout-s must be > 0, got {output.timeout_s:g}")
@@ -434,11 +444,12 @@ def run(faults: FaultOptions, training: TrainingOptions, job: JobOptions,
         run_dir = Path("runs") / f"{stamp}-{training.workload}-{faults.label()}-{os.getpid()}"
     check_agent_room(spec, run_dir)
     prepare_dir(run_dir, output.overwrite, spec)
-    summary = _run_with_progress(spec, run_dir, output, training.steps)
-    show_summary(summary, run_dir, output.as_json)
-    status, message = outcome_status(summary, spec.strategy, run_dir, output.timeout_s)
-    if message:
-        console.line(message)
+    with console.on_interrupt(run_dir):  # one line and 130, whenever Ctrl-C comes
+        summary = _run_with_progress(spec, run_dir, output, training.steps)
+        show_summary(summary, run_dir, output.as_json)
+        status, message = outcome_status(summary, spec.strategy, run_dir, output.timeout_s)
+        if message:
+            console.line(message)
     if status:
         raise typer.Exit(int(status))
 

@@ -214,23 +214,21 @@ def sweep(
                   + ("[green]ok[/green]" if ok else "[red]VIOLATION[/red]")
                   + f"  [{time.monotonic() - t0:.0f} s]")
 
-    try:
+    with console.on_interrupt(out_dir, " (--resume runs the rest)"):
         res = run_sweep(cfg, out_dir, resume=resume, overwrite=overwrite, on_run=on_run)
-    except KeyboardInterrupt:
-        console.line(f"interrupted; records kept in {out_dir} (--resume runs the rest)")
-        raise typer.Exit(int(ExitStatus.INTERRUPTED)) from None
-    t = res.table
-    if not as_json:
-        console.out().print(results_table(t))
-        session = (f", this session {res.session_wall_s:.0f} s"
-                   if res.session_wall_s < res.wall_s - 0.5 else "")
-        console.out().print(f"sweep directory: {out_dir}  ({len(t)} runs, wall "
-                            f"{res.wall_s:.0f} s in all{session})")
-    from jitbench.records import table_verdict
+    with console.on_interrupt(out_dir):  # the sweep is complete: only its printing stops
+        t = res.table
+        if not as_json:
+            console.out().print(results_table(t))
+            session = (f", this session {res.session_wall_s:.0f} s"
+                       if res.session_wall_s < res.wall_s - 0.5 else "")
+            console.out().print(f"sweep directory: {out_dir}  ({len(t)} runs, wall "
+                                f"{res.wall_s:.0f} s in all{session})")
+        from jitbench.records import table_verdict
 
-    status, lines = table_verdict(t)
-    for text in lines:
-        console.line(f"error: {text}")
+        status, lines = table_verdict(t)
+        for text in lines:
+            console.line(f"error: {text}")
     if status:
         raise typer.Exit(int(status))
 

@@ -393,9 +393,10 @@ def recheck(run_dir: str | Path) -> tuple[list[str], str | None]:
     run_dir = Path(run_dir)
     spec = RunSpec.load(run_dir / "spec.json")
     then = json.loads((run_dir / "summary.json").read_text())
+    late = bool(then.get("late_interrupt"))  # a signal that stopped nothing
     res = LaunchResult(int(then["agent_exit"]), float(then["wall_s"]),
-                       interrupted=bool(then.get("interrupted")),
-                       timed_out=bool(then.get("timed_out")))
+                       interrupted=bool(then.get("interrupted")) and not late,
+                       timed_out=bool(then.get("timed_out")), late_interrupt=late)
     ref_dir = _reference_dir(run_dir, then)
     ref = (LaunchResult(0, float(then.get("reference_wall_s") or 0.0))
            if ref_dir else None)

@@ -13,10 +13,12 @@ unchanged. The agent restarts the whole worker group when one worker fails
 and SIGTERMs the survivors first (torch docs, "torchrun (Elastic Launch)").
 
 While the agent runs, the harness follows rank 0's event file to drive a
-progress callback. Ctrl-C or SIGTERM to the harness is passed to the agent as
-SIGTERM (it stops every worker, which save a JIT checkpoint on the way out);
-what was recorded stays on disk. Further signals during that stop are held
-back until the stop and the records are done.
+progress callback. Ctrl-C or SIGTERM to the harness is a flag the poll loop reads
+(:func:`interrupts`): one that arrives while the agent runs is passed to the agent
+as SIGTERM (it stops every worker, which save a JIT checkpoint on the way out;
+``interrupted``), and what was recorded stays on disk; one that arrives once the
+agent has exited by itself stops nothing (``late_interrupt``: the launch's records
+are whole). Further signals during a stop are recorded, never raised.
 
 No process outlives a launch: the agent is started with
 ``prctl(PR_SET_PDEATHSIG, SIGTERM)`` (it stops its workers if the harness
@@ -36,9 +38,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,6 +68,10 @@ class LaunchResult:
     stopped: bool = False
     """A worker reported what no restart fixes (a launched script's own error, a script
     that is not a training script) and the harness stopped the agent."""
+    late_interrupt: bool = False
+    """Ctrl-C or SIGTERM arrived once the agent had exited by itself (while the harness
+    reaped it, or read its last progress): nothing was stopped, the launch is whole and
+    not ``interrupted``; the caller stops after recording it."""
 
 
 FT_LAUNCHER = "nvidia_resiliency_ext.fault_tolerance.launcher"
@@ -265,6 +272,17 @@ def _rank0_progress(events_dir: Path, offsets: dict, state: dict) -> None:
             state["attempt"] = ev["attempt"]
 
 
+def poll_turn(run_dir: Path, progress: Callable[[dict], None] | None, offsets: dict,
+              state: dict, wait_s: float = 0.1) -> None:
+    """One turn of a launcher's poll loop: wait ``wait_s`` (s), then give ``progress``
+    (when there is one) rank 0's progress so far (``state``: ``{"step", "loss",
+    "attempt"}``, read from its event files past ``offsets``)."""
+    time.sleep(wait_s)
+    if progress is not None:
+        _rank0_progress(run_dir / "events", offsets, state)
+        progress(dict(state))
+
+
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
     """Ask Linux to send ``sig`` to this process when its parent dies
     (``prctl(PR_SET_PDEATHSIG)``); exit at once if the parent is already gone.
@@ -342,62 +360,54 @@ def launch_agent(cmd: list[str], run_dir: Path, env_extra: dict[str, str] | None
         timeout_s: stop the agent after this long (``timed_out``).
         stop: polled about 10 times a second; True stops the agent (``stopped``): a
             worker reported something no restart can fix.
+
+    Ctrl-C and SIGTERM are read from :func:`interrupts` (the caller's scope, else one
+    of its own): one recorded while the agent runs, or before it started in the same
+    scope, stops the agent (``interrupted``, :func:`mark_stop`); one that arrives once
+    the agent has exited by itself stops nothing (``late_interrupt``).
     """
     log_path = run_dir / "agent.log"
     env = {**os.environ, **(env_extra or {}), "PYTHONUNBUFFERED": "1"}
     t0 = time.monotonic()
     interrupted = timed_out = stopped = False
-    with open(log_path, "ab") as log:
+    with interrupts() as sigs, open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True,
                                 preexec_fn=die_with_parent)
         offsets: dict = {}
         state: dict = {"step": 0, "attempt": 0}
-        prev_term = signal.getsignal(signal.SIGTERM)
-
-        def _on_term(signum, frame):
-            raise KeyboardInterrupt
-
         try:
-            signal.signal(signal.SIGTERM, _on_term)
-        except ValueError:
-            prev_term = None
-        try:
-            while proc.poll() is None:
-                time.sleep(0.1)
-                if progress is not None:
-                    _rank0_progress(run_dir / "events", offsets, state)
-                    progress(dict(state))
+            while proc.poll() is None:  # once it has exited, a signal stops nothing
+                if sigs.count:  # Ctrl-C or SIGTERM while the agent runs
+                    interrupted = True
+                    mark_stop(run_dir, "interrupt")
+                    stop_agent(proc, run_dir)
+                    break
+                poll_turn(run_dir, progress, offsets, state)
                 if timeout_s is not None and time.monotonic() - t0 > timeout_s:
                     timed_out = True
                 elif stop is not None and stop():
                     stopped = True
                 if timed_out or stopped:
-                    with held_signals(reraise=False):
-                        if timed_out:
-                            mark_stop(run_dir, "timeout")
-                        stop_agent(proc, run_dir)
-                    break
-        except KeyboardInterrupt:
-            interrupted = True
-            with held_signals(reraise=False):
-                mark_stop(run_dir, "interrupt")
-                stop_agent(proc, run_dir)
-        finally:
-            with held_signals(reraise=False) as got:
-                if proc.poll() is None:  # an error in the loop itself: never leave it running
-                    if got:
-                        mark_stop(run_dir, "interrupt")
+                    if timed_out:
+                        mark_stop(run_dir, "timeout")
                     stop_agent(proc, run_dir)
-                reap(run_dir, proc.pid)
-            interrupted = interrupted or bool(got)
-            if prev_term is not None:
-                signal.signal(signal.SIGTERM, prev_term)
-        if progress is not None:
-            _rank0_progress(run_dir / "events", offsets, state)
-            progress(dict(state))
+                    break
+        except KeyboardInterrupt:  # raised by a callback: stop as on Ctrl-C
+            interrupted = True
+            mark_stop(run_dir, "interrupt")
+            stop_agent(proc, run_dir)
+        finally:
+            if proc.poll() is None:  # an error in the loop itself: never leave it running
+                if sigs.count:
+                    interrupted = True
+                    mark_stop(run_dir, "interrupt")
+                stop_agent(proc, run_dir)
+            reap(run_dir, proc.pid)
+        poll_turn(run_dir, progress, offsets, state, 0.0)  # the last of it
+        late = bool(sigs.count) and not interrupted
     return LaunchResult(proc.wait(), time.monotonic() - t0, interrupted, log_path, timed_out,
-                        stopped)
+                        stopped, late)
 
 
 STOP_FILE = "harness_stop.json"
@@ -422,23 +432,83 @@ def mark_stop(run_dir: Path | None, why: str) -> None:
                                     "t_mono": time.monotonic()}))
 
 
+@dataclass
+class Interrupts:
+    """The Ctrl-C (SIGINT) and SIGTERM that arrived inside :func:`interrupts`."""
+
+    got: list[tuple[int, float]] = field(default_factory=list)
+    """``(signal number, time.monotonic())`` of each, in order of arrival."""
+
+    @property
+    def count(self) -> int:
+        """How many arrived so far."""
+        return len(self.got)
+
+    def record(self, signum: int) -> None:
+        """Note that ``signum`` arrived (now)."""
+        self.got.append((signum, time.monotonic()))
+
+
+_ACTIVE: list[Interrupts] = []
+"""The scope of :func:`interrupts` the main thread is in (at most one)."""
+
+
+@contextlib.contextmanager
+def interrupts() -> Iterator[Interrupts]:
+    """Turn Ctrl-C (SIGINT) and SIGTERM inside the block into a flag: each is recorded
+    (:class:`Interrupts`: what arrived and when), none raises, and the poll loops of
+    the launchers read it (:func:`launch_agent`: a signal while an agent runs stops it;
+    one after it exited is a ``late_interrupt``). The caller decides what a recorded
+    signal means once the block's work is done (:func:`jitbench.harness.run.run`: the
+    summary is written either way).
+
+    Inside an enclosing block it yields the enclosing one's record (one scope for a
+    run, its reference and their summary); in a non-main thread (signals cannot be
+    handled there) it does nothing and records nothing. The previous handlers are
+    back after the block.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield Interrupts()
+        return
+    if _ACTIVE:
+        yield _ACTIVE[-1]
+        return
+    sigs = Interrupts()
+    prev = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in prev:
+        signal.signal(s, lambda signum, frame: sigs.record(signum))
+    _ACTIVE.append(sigs)
+    try:
+        yield sigs
+    finally:
+        _ACTIVE.remove(sigs)
+        for s, h in prev.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
 @contextlib.contextmanager
 def held_signals(reraise: bool = True) -> Iterator[list[int]]:
     """Hold SIGINT and SIGTERM back inside the block (cleanup must finish).
 
     Yields the list of signals that arrived; after the block, one that
     arrived is raised as :class:`KeyboardInterrupt` if ``reraise``. In a
-    non-main thread (signals cannot be handled there) it does nothing.
+    non-main thread (signals cannot be handled there) it does nothing. Inside
+    :func:`interrupts` each is recorded there too.
     """
-    import threading
-
     got: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield got
         return
+    outer = _ACTIVE[-1] if _ACTIVE else None
+
+    def hold(signum, frame) -> None:
+        got.append(signum)
+        if outer is not None:
+            outer.record(signum)
+
     prev = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     for s in prev:
-        signal.signal(s, lambda signum, frame: got.append(signum))
+        signal.signal(s, hold)
     try:
         yield got
     finally:

@@ -606,8 +606,8 @@ def run_overhead(base: RunSpec | ScriptSpec, cfg: OverheadConfig, out_dir: Path,
     Raises:
         SpecError: invalid plan or spec, or a non-empty ``out_dir`` without ``overwrite``.
         RuntimeError: the launch did not complete.
-        KeyboardInterrupt: Ctrl-C or SIGTERM stopped a launch (its records are kept in
-            ``out_dir``; the CLI exits 130).
+        KeyboardInterrupt: Ctrl-C or SIGTERM stopped a launch, or arrived once one had
+            ended (its records are kept in ``out_dir``; the CLI exits 130).
     """
     import json
 
@@ -625,7 +625,7 @@ def run_overhead(base: RunSpec | ScriptSpec, cfg: OverheadConfig, out_dir: Path,
         spec = overhead_spec(base, cfg)
         run_dir = out_dir / "run"
         res = execute(spec, run_dir, progress, timeout_s)
-        if res.interrupted:  # Ctrl-C / SIGTERM: the launch is stopped, its records kept
+        if res.interrupted or res.late_interrupt:  # Ctrl-C / SIGTERM: records kept
             raise KeyboardInterrupt
         if res.returncode != 0:
             raise RuntimeError(f"the overhead run did not complete (agent exit "
@@ -645,7 +645,7 @@ def run_overhead(base: RunSpec | ScriptSpec, cfg: OverheadConfig, out_dir: Path,
                 spec = launch_spec(base, cfg, strategy)
                 res = execute(spec, d, progress, timeout_s)
             wall_s += res.wall_s
-            if res.interrupted:
+            if res.interrupted or res.late_interrupt:
                 raise KeyboardInterrupt
             if res.returncode != 0:
                 raise RuntimeError(f"the overhead launch of {strategy} (repeat {rep}) did not "

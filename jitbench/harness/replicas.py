@@ -34,10 +34,10 @@ from pathlib import Path
 
 from jitbench.harness.launch import (
     LaunchResult,
-    _rank0_progress,
     die_with_parent,
-    held_signals,
+    interrupts,
     mark_stop,
+    poll_turn,
     reap,
     stop_agent,
     torchrun_args,
@@ -86,7 +86,10 @@ def launch_replicas(spec: RunSpec, run_dir: Path, progress: Callable[[dict], Non
     interrupted = timed_out = False
     procs: list[subprocess.Popen] = []
     finished_at: float | None = None
-    with open(log_path, "ab") as log:
+    # Ctrl-C or SIGTERM to the harness: a flag (launch.interrupts); before the job has
+    # finished it stops the run, after (spares exiting) or once every agent has exited
+    # it stops nothing that was measured (late)
+    with interrupts() as sigs, open(log_path, "ab") as log:
         try:
             for slot in range(slots):
                 procs.append(subprocess.Popen(
@@ -96,10 +99,12 @@ def launch_replicas(spec: RunSpec, run_dir: Path, progress: Callable[[dict], Non
             offsets: dict = {}
             state: dict = {"step": 0, "attempt": 0}
             while any(p.poll() is None for p in procs):
-                time.sleep(0.1)
-                if progress is not None:
-                    _rank0_progress(run_dir / "events", offsets, state)
-                    progress(dict(state))
+                if sigs.count:
+                    if finished_at is None:  # the job still trains: it is stopped
+                        interrupted = True
+                        mark_stop(run_dir, "interrupt")
+                    break
+                poll_turn(run_dir, progress, offsets, state)
                 if finished_at is None and int(store.add("done", 0)) >= spec.world_size:
                     store.set("shutdown", "1")
                     finished_at = time.monotonic()
@@ -112,21 +117,25 @@ def launch_replicas(spec: RunSpec, run_dir: Path, progress: Callable[[dict], Non
                 if finished_at is None and _job_lost(procs, spec):
                     store.set("shutdown", "1")
                     break
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # raised by a callback: stop as on Ctrl-C
             interrupted = True
             mark_stop(run_dir, "interrupt")
         finally:
-            with held_signals(reraise=False) as got:
-                for p in procs:
-                    if p.poll() is None:
-                        stop_agent(p, None, grace_s=SHUTDOWN_GRACE_S if not finished_at else 5.0)
-                for p in procs:
-                    reap(run_dir, p.pid)
-            interrupted = interrupted or bool(got)
+            running = [p for p in procs if p.poll() is None]
+            if (running and sigs.count and finished_at is None
+                    and not (interrupted or timed_out)):
+                interrupted = True  # an error in the loop, then a signal
+                mark_stop(run_dir, "interrupt")
+            for p in running:
+                stop_agent(p, None, grace_s=SHUTDOWN_GRACE_S if not finished_at else 5.0)
+            for p in procs:
+                reap(run_dir, p.pid)
+        late = bool(sigs.count) and not interrupted
     done = int(store.add("done", 0)) >= spec.world_size
     codes = [p.wait() for p in procs]
     rc = 0 if done else next((c for c in codes if c != 0), 1)
-    return LaunchResult(rc, time.monotonic() - t0, interrupted, log_path, timed_out)
+    return LaunchResult(rc, time.monotonic() - t0, interrupted, log_path, timed_out,
+                        late_interrupt=late)
 
 
 def _job_lost(procs: list[subprocess.Popen], spec: RunSpec) -> bool:

@@ -38,10 +38,10 @@ import jitbench
 from jitbench import phases
 from jitbench.errors import RunDirError
 from jitbench.harness import metrics
-from jitbench.harness.launch import LaunchResult, held_signals, launch
+from jitbench.harness.launch import Interrupts, LaunchResult, interrupts, launch
 from jitbench.harness.parallel import parse as parse_parallel
 from jitbench.harness.spec import RunSpec, SpecError
-from jitbench.records import SUMMARY_VERSION
+from jitbench.records import REFERENCE_NOT_STARTED, SUMMARY_VERSION, reference_not_compared
 from jitbench.runtime import checkpoint as ckpt
 from jitbench.runtime import strategies
 from jitbench.runtime.events import read_events
@@ -381,7 +381,7 @@ def reference_cut_short(ref: LaunchResult | None,
 
 def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
               ref: LaunchResult | None, ref_dir: Path | None = None,
-              timeout_s: float | None = None) -> dict:
+              timeout_s: float | None = None, ref_skipped: bool = False) -> dict:
     """Metrics, correctness oracles and provenance of a finished run (JSON-able).
 
     Reads the run's events once, derives its phases (:mod:`jitbench.phases`)
@@ -394,7 +394,11 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     failures the stop's SIGTERM declared, and its failures that had not recovered
     are ``harness_stopped``. A reference cut short (:func:`reference_cut_short`) is
     not compared: ``reference_complete`` false, ``reference_cut_short`` says why,
-    ``state_equal`` and ``sample_stream_equal`` stay empty."""
+    ``state_equal`` and ``sample_stream_equal`` stay empty; so is one not started
+    because Ctrl-C or SIGTERM came first (``ref_skipped``, ``ref`` None:
+    :data:`~jitbench.records.REFERENCE_NOT_STARTED`). ``interrupted`` and
+    ``late_interrupt`` are the run launch's (:func:`run` adds the reference's and
+    the signals that came between and after the launches: :func:`note_interrupts`)."""
     entry = strategies.parse(spec.strategy).entry
     per_replica = entry.launcher == "torchft"
     stop = phases.harness_stop(run_dir)
@@ -411,7 +415,9 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
                      "faults": [asdict(f) for f in spec.faults],
                      "deterministic_reduce": spec.deterministic_reduce,
                      "parallel": str(parse_parallel(spec.parallel)),
-                     "agent_exit": res.returncode, "interrupted": res.interrupted,
+                     "agent_exit": res.returncode,
+                     "interrupted": res.interrupted or res.late_interrupt,
+                     "late_interrupt": res.late_interrupt and not res.interrupted,
                      "wall_s": res.wall_s, "timeout_s": timeout_s,
                      "harness_stopped": bool(stop is not None or res.timed_out
                                              or res.interrupted)}
@@ -460,12 +466,11 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     summary["unfired"] = [f.id for f in spec.faults if f.id not in fired_ids]
     summary["unfired_faults"] = len(summary["unfired"])
     summary["end_reason"] = end_reason(spec, m, res, timeout_s)
-    cut = reference_cut_short(ref, timeout_s)
-    summary["reference_complete"] = None if ref is None else cut is None
+    cut = REFERENCE_NOT_STARTED if ref_skipped else reference_cut_short(ref, timeout_s)
+    summary["reference_complete"] = None if ref is None and not ref_skipped else cut is None
     summary["reference_cut_short"] = cut
     if cut is not None and m.completed:
-        summary["end_reason"] = (f"completed; the fault-free reference was {cut} before "
-                                 "its end, so the final states were not compared")
+        summary["end_reason"] = f"completed; {reference_not_compared(cut)}"
     summary["state_equal"] = None
     summary["max_abs_diff"] = None
     summary["sample_stream_equal"] = None
@@ -870,10 +875,15 @@ def run(spec: RunSpec, run_dir: Path, reference: bool = True, overwrite: bool = 
             state, so comparing with a run under another strategy is the
             stronger check.
 
-    A Ctrl-C or SIGTERM stops the launch in progress (its workers save and
-    exit), skips the reference, and still writes the summary and records with
-    ``interrupted: true``; signals that arrive while they are written are held
-    back until they are written.
+    Ctrl-C and SIGTERM are a flag from the first launch to the written records
+    (:func:`jitbench.harness.launch.interrupts`): one that arrives while a launch runs
+    stops it (its workers save and exit; ``interrupted``) and skips the reference; one
+    that arrives once the run's launch has ended by itself skips the reference (not
+    started: ``reference_cut_short`` says so); one after the reference has ended
+    stops nothing and the reference is compared. The summary and records are written
+    in every case, with ``interrupted: true`` when a signal arrived, and
+    ``late_interrupt: true`` when it stopped no launch (the records are complete);
+    one that arrives while they are written is noted in the returned summary only.
 
     Raises:
         SpecError: invalid spec, run directory or checkpoint directory (nothing
@@ -893,21 +903,36 @@ def run(spec: RunSpec, run_dir: Path, reference: bool = True, overwrite: bool = 
                             "(strategies may differ; training settings may not)")
         ref_dir = reference_from
     prepare_dir(run_dir, overwrite, spec)
-    cb = (lambda s: progress("run", s)) if progress else None
-    res = execute(spec, run_dir, cb, timeout_s)
-    ref = None
-    if reference_from is not None:
-        ref = LaunchResult(0, 0.0, False, reference_from / "agent.log")
-    elif reference and not res.interrupted and not res.timed_out and res.returncode == 0:
-        # (a failed job has no final state to compare: no reference)
-        cbr = (lambda s: progress("reference", s)) if progress else None
-        ref = execute(spec.without_faults(), run_dir / "reference", cbr, timeout_s)
-    with held_signals(reraise=False) as got:
-        summary = summarize(spec, run_dir, res, ref, ref_dir, timeout_s=timeout_s)
+    with interrupts() as sigs:
+        cb = (lambda s: progress("run", s)) if progress else None
+        res = execute(spec, run_dir, cb, timeout_s)
+        ref = None
+        skipped = False
+        if reference_from is not None:
+            ref = LaunchResult(0, 0.0, False, reference_from / "agent.log")
+        elif reference and not res.interrupted and not res.timed_out and res.returncode == 0:
+            # (a failed job has no final state to compare: no reference)
+            skipped = bool(sigs.count)  # Ctrl-C or SIGTERM once the run had ended
+            if not skipped:
+                cbr = (lambda s: progress("reference", s)) if progress else None
+                ref = execute(spec.without_faults(), run_dir / "reference", cbr, timeout_s)
+        summary = summarize(spec, run_dir, res, ref, ref_dir, timeout_s=timeout_s,
+                            ref_skipped=skipped)
         summary["timed_out"] = res.timed_out or bool(ref is not None and ref.timed_out)
-        if ref is not None and ref.interrupted:
-            summary["interrupted"] = True
+        note_interrupts(summary, sigs, res, ref)
         write_records(summary, run_dir)
-        if got:  # a signal while the records were written: they are complete, say so
-            summary["interrupted"] = True
+        note_interrupts(summary, sigs, res, ref)  # one while they were written: complete
     return RunOutcome(summary, run_dir, res, ref)
+
+
+def note_interrupts(summary: dict, sigs: Interrupts, res: LaunchResult,
+                    ref: LaunchResult | None) -> None:
+    """Set a summary's ``interrupted`` and ``late_interrupt`` from its launches (``res``,
+    ``ref``) and the Ctrl-C or SIGTERM recorded around them (``sigs``): ``interrupted``
+    when one arrived at all; ``late_interrupt`` when none of them stopped a launch
+    (each had ended by itself, so its records are complete)."""
+    stopped = res.interrupted or bool(ref is not None and ref.interrupted)
+    late = not stopped and bool(sigs.count or res.late_interrupt
+                                or (ref is not None and ref.late_interrupt))
+    summary["interrupted"] = stopped or late
+    summary["late_interrupt"] = late

@@ -43,13 +43,14 @@ from jitbench.errors import ScheduleError, SpecError
 from jitbench.faults import FAULTS, FaultSpec
 from jitbench.faults.schedule import UNKNOWN_STEPS, check_plan
 from jitbench.harness import metrics
-from jitbench.harness.launch import LaunchResult, held_signals, launch_agent, torchrun_args
+from jitbench.harness.launch import LaunchResult, interrupts, launch_agent, torchrun_args
 from jitbench.harness.run import (
     RunOutcome,
     code_version,
     decisions,
     fired_faults,
     machine_fingerprint,
+    note_interrupts,
     prepare_dir,
     recovery_means,
     replay_ok,
@@ -58,7 +59,7 @@ from jitbench.harness.run import (
 )
 from jitbench.harness.run import end_reason as run_end_reason
 from jitbench.harness.spec import nnodes_range
-from jitbench.records import SUMMARY_VERSION
+from jitbench.records import REFERENCE_NOT_STARTED, SUMMARY_VERSION, reference_not_compared
 from jitbench.runtime import strategies
 from jitbench.runtime.config import RuntimeConfig
 
@@ -415,7 +416,9 @@ def summarize(spec: ScriptSpec, run_dir: Path, res: LaunchResult, ref: LaunchRes
                      "args": spec.args, "strategy": spec.strategy,
                      "world_size": spec.world_size, "steps": steps, "seed": spec.seed,
                      "faults": [asdict(f) for f in spec.faults], "deterministic_reduce": False,
-                     "agent_exit": res.returncode, "interrupted": res.interrupted,
+                     "agent_exit": res.returncode,
+                     "interrupted": res.interrupted or res.late_interrupt,
+                     "late_interrupt": res.late_interrupt and not res.interrupted,
                      "wall_s": res.wall_s}
     fails = m.failures
     summary.update(recovery_means(m, spec.world_size))
@@ -534,6 +537,10 @@ def run_script(spec: ScriptSpec, run_dir: Path, reference: bool = True, overwrit
         progress: ``f(label, state)`` with ``label`` ``run`` or ``reference``.
         timeout_s: per launch (s).
 
+    Ctrl-C and SIGTERM are handled as :func:`jitbench.harness.run.run` handles them:
+    the launch they meet is stopped, the reference is not started after one, and the
+    summary and records are always written (``interrupted``, ``late_interrupt``).
+
     Raises:
         SpecError: invalid spec, run directory or reference directory (nothing started).
     """
@@ -542,25 +549,28 @@ def run_script(spec: ScriptSpec, run_dir: Path, reference: bool = True, overwrit
         check_reference(spec, reference_from)
     prepare_dir(run_dir, overwrite, spec)
     run_dir = Path(run_dir).resolve()
-    cb = (lambda s: progress("run", s)) if progress else None
-    res = execute(spec, run_dir, cb, timeout_s)
-    ref = None
-    ref_dir = None
-    if reference_from is not None:
-        ref_dir = Path(reference_from).resolve()
-        ref = LaunchResult(0, 0.0, False, ref_dir / "agent.log")
-    elif (reference and not res.interrupted and not res.timed_out and not res.stopped
-          and res.returncode == 0 and stepped(phases.read_events(run_dir))):
-        # (a script that never stepped is not a training script: nothing to compare)
-        cbr = (lambda s: progress("reference", s)) if progress else None
-        ref = execute(spec.without_faults(), run_dir / "reference", cbr, timeout_s)
-    with held_signals(reraise=False) as got:
+    with interrupts() as sigs:  # as jitbench.harness.run.run: the summary is always written
+        cb = (lambda s: progress("run", s)) if progress else None
+        res = execute(spec, run_dir, cb, timeout_s)
+        ref = None
+        ref_dir = None
+        skipped = False
+        if reference_from is not None:
+            ref_dir = Path(reference_from).resolve()
+            ref = LaunchResult(0, 0.0, False, ref_dir / "agent.log")
+        elif (reference and not res.interrupted and not res.timed_out and not res.stopped
+              and res.returncode == 0 and stepped(phases.read_events(run_dir))):
+            # (a script that never stepped is not a training script: nothing to compare)
+            skipped = bool(sigs.count)  # Ctrl-C or SIGTERM once the run had ended
+            if not skipped:
+                cbr = (lambda s: progress("reference", s)) if progress else None
+                ref = execute(spec.without_faults(), run_dir / "reference", cbr, timeout_s)
         summary = summarize(spec, run_dir, res, ref, ref_dir)
         summary["timed_out"] = res.timed_out or bool(ref is not None and ref.timed_out)
-        if ref is not None and ref.interrupted:
-            summary["interrupted"] = True
+        if skipped and summary["completed"]:
+            summary["end_reason"] = f"completed; {reference_not_compared(REFERENCE_NOT_STARTED)}"
+        note_interrupts(summary, sigs, res, ref)
         write_records(summary, run_dir)
-        if got:
-            summary["interrupted"] = True
+        note_interrupts(summary, sigs, res, ref)  # one while they were written: complete
     return RunOutcome(summary, run_dir, res, ref)
 

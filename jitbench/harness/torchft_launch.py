@@ -12,11 +12,12 @@ Each agent is ``python -m torch.distributed.run --standalone --nproc-per-node 1
 cluster scheduler restarts a failed replica group), which joins the next
 quorum and heals from a survivor. The Lighthouse is created before the agents
 and shut down after every agent has exited (also on errors, timeouts and
-interrupts: Ctrl-C or SIGTERM to the harness stops every agent, whose workers
-then stop; what was recorded stays). Lighthouse settings: :data:`MIN_REPLICAS` (survivors may go on
-alone), :data:`JOIN_TIMEOUT_MS` (how long a quorum waits for a replica that
-heartbeats but does not ask: a hung one), :data:`HEARTBEAT_TIMEOUT_MS` (a
-replica silent this long is out: a dead one).
+interrupts: Ctrl-C or SIGTERM to the harness while an agent runs stops every
+agent, whose workers then stop; what was recorded stays; one after every agent
+exited by itself stops nothing: ``late_interrupt``). Lighthouse settings:
+:data:`MIN_REPLICAS` (survivors may go on alone), :data:`JOIN_TIMEOUT_MS` (how
+long a quorum waits for a replica that heartbeats but does not ask: a hung one),
+:data:`HEARTBEAT_TIMEOUT_MS` (a replica silent this long is out: a dead one).
 
 Limits: one node (everything binds the loopback address).
 """
@@ -24,7 +25,6 @@ Limits: one node (everything binds the loopback address).
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -33,10 +33,10 @@ from pathlib import Path
 
 from jitbench.harness.launch import (
     LaunchResult,
-    _rank0_progress,
     die_with_parent,
-    held_signals,
+    interrupts,
     mark_stop,
+    poll_turn,
     reap,
     stop_agent,
 )
@@ -92,58 +92,54 @@ def launch_torchft(spec: RunSpec, run_dir: Path,
     interrupted = timed_out = False
     procs: list[subprocess.Popen] = []
     ended_at: float | None = None
-    prev_term = signal.getsignal(signal.SIGTERM)
-
-    def _on_term(signum, frame):  # SIGTERM to the harness stops the run like Ctrl-C
-        raise KeyboardInterrupt
-
-    try:
-        signal.signal(signal.SIGTERM, _on_term)
-    except ValueError:  # not the main thread
-        prev_term = None
-    try:
-        with open(log_path, "ab") as log:
-            log.write(f"torchft lighthouse at {lighthouse.address()}\n".encode())
-            log.flush()
-            try:
-                for slot in range(spec.world_size):
-                    procs.append(subprocess.Popen(
-                        replica_command(spec, run_dir, TORCHFT_WORKER), stdout=log,
-                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                        env={**env, ENV_SLOT: str(slot)},
-                        start_new_session=True, preexec_fn=die_with_parent))
-                offsets: dict = {}
-                state: dict = {"step": 0, "attempt": 0}
-                while any(p.poll() is None for p in procs):
-                    time.sleep(0.1)
-                    if progress is not None:
-                        _rank0_progress(run_dir / "events", offsets, state)
-                        progress(dict(state))
-                    if timeout_s is not None and time.monotonic() - t0 > timeout_s:
-                        timed_out = True
-                        mark_stop(run_dir, "timeout")
-                        break
-                    if ended_at is None and any(p.poll() not in (None, 0) for p in procs):
-                        ended_at = time.monotonic()  # an agent's restart budget ran out
-                        store.set("shutdown", "1")
-                    if ended_at is not None and time.monotonic() - ended_at > END_WAIT_S:
-                        break
-            except KeyboardInterrupt:
-                interrupted = True
-                mark_stop(run_dir, "interrupt")
-            finally:
-                with held_signals(reraise=False) as got:
+    # Ctrl-C or SIGTERM to the harness: a flag (launch.interrupts); while an agent runs it
+    # stops the run, once every agent has exited by itself it stops nothing (late)
+    with interrupts() as sigs:
+        try:
+            with open(log_path, "ab") as log:
+                log.write(f"torchft lighthouse at {lighthouse.address()}\n".encode())
+                log.flush()
+                try:
+                    for slot in range(spec.world_size):
+                        procs.append(subprocess.Popen(
+                            replica_command(spec, run_dir, TORCHFT_WORKER), stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env={**env, ENV_SLOT: str(slot)},
+                            start_new_session=True, preexec_fn=die_with_parent))
+                    offsets: dict = {}
+                    state: dict = {"step": 0, "attempt": 0}
+                    while any(p.poll() is None for p in procs):
+                        if sigs.count:  # while an agent runs: the run is stopped
+                            interrupted = True
+                            mark_stop(run_dir, "interrupt")
+                            break
+                        poll_turn(run_dir, progress, offsets, state)
+                        if timeout_s is not None and time.monotonic() - t0 > timeout_s:
+                            timed_out = True
+                            mark_stop(run_dir, "timeout")
+                            break
+                        if ended_at is None and any(p.poll() not in (None, 0) for p in procs):
+                            ended_at = time.monotonic()  # an agent's restart budget ran out
+                            store.set("shutdown", "1")
+                        if ended_at is not None and time.monotonic() - ended_at > END_WAIT_S:
+                            break
+                except KeyboardInterrupt:  # raised by a callback: stop as on Ctrl-C
+                    interrupted = True
+                    mark_stop(run_dir, "interrupt")
+                finally:
                     store.set("shutdown", "1")
-                    for p in procs:
-                        if p.poll() is None:
-                            stop_agent(p, None, grace_s=10.0)
+                    running = [p for p in procs if p.poll() is None]
+                    if running and sigs.count and not (interrupted or timed_out):
+                        interrupted = True  # an error in the loop, then a signal
+                        mark_stop(run_dir, "interrupt")
+                    for p in running:
+                        stop_agent(p, None, grace_s=10.0)
                     for p in procs:
                         reap(run_dir, p.pid)
-                interrupted = interrupted or bool(got)
-    finally:
-        lighthouse.shutdown()
-        if prev_term is not None:
-            signal.signal(signal.SIGTERM, prev_term)
+        finally:
+            lighthouse.shutdown()
+        late = bool(sigs.count) and not interrupted
     codes = [p.wait() for p in procs]
     rc = next((c for c in codes if c != 0), 0)
-    return LaunchResult(rc, time.monotonic() - t0, interrupted, log_path, timed_out)
+    return LaunchResult(rc, time.monotonic() - t0, interrupted, log_path, timed_out,
+                        late_interrupt=late)

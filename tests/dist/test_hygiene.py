@@ -139,3 +139,33 @@ def test_a_fault_that_never_fires_is_not_a_fault_free_success(tmp_path):
     s = json.loads((run_dir / "summary.json").read_text())
     assert s["completed"] and s["fired"] == [] and s["unfired"] == ["kill@1:t600"]
     assert s["unfired_faults"] == 1
+
+
+def test_a_ctrl_c_once_the_reference_has_ended_keeps_its_comparison(run_case, monkeypatch):
+    """A real run and reference (fault-free, 4 steps); Ctrl-C as the summary is made,
+    once both launches have ended by themselves, stops nothing: the reference is
+    compared, the summary says ``interrupted`` and ``late_interrupt``, no launch is
+    marked stopped, and the run still ends 130 (the records are complete)."""
+    from jitbench.errors import ExitStatus
+    from jitbench.harness import run as run_mod
+    from jitbench.records import verdict
+
+    real = run_mod.summarize
+
+    def summarize(*args, **kw):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(run_mod, "summarize", summarize)
+    s, run_dir = run_case(small_spec(4), timeout_s=200)
+    assert json.loads((run_dir / "summary.json").read_text()) == json.loads(
+        json.dumps(s, default=str))
+    assert s["completed"] and s["reference_complete"] is True
+    assert s["state_equal"] is True and s["reference_cut_short"] is None
+    assert s["interrupted"] is True and s["late_interrupt"] is True
+    assert s["harness_stopped"] is False
+    assert not (run_dir / "harness_stop.json").exists()
+    assert not (run_dir / "reference" / "harness_stop.json").exists()
+    assert verdict(s) == (ExitStatus.INTERRUPTED,
+                          "interrupted once its launches had ended; the records are complete")

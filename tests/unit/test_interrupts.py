@@ -1,0 +1,330 @@
+"""Ctrl-C and SIGTERM to the harness (a new-user trial): one that arrives while an agent
+runs stops it (``interrupted``); one that arrives once the agent has exited by itself
+stops nothing (``late_interrupt``), and ``run`` writes its whole summary either way,
+comparing a reference that has ended; every long command ends an interrupt with one
+line and exit status 130. Agents here are one short ``python -c`` process; ``run`` is
+driven with a launch that writes a finished run's files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from jitbench.errors import ExitStatus
+from jitbench.harness import launch as launch_mod
+from jitbench.harness.launch import STOP_FILE, LaunchResult, held_signals, interrupts, launch_agent
+from jitbench.records import REFERENCE_NOT_STARTED, verdict
+from tests.unit.test_run_trial import _finished_run
+
+pytestmark = pytest.mark.timeout(60)  # every test here starts at most one short process
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+"""An agent that runs until it is stopped."""
+
+
+def _wait(cond, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+# -- launch_agent: a signal while the agent runs, and once it has exited ----------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_agent_runs_stops_it(tmp_path, sig):
+    sent: list[int] = []
+
+    def progress(state: dict) -> None:  # called while the agent sleeps
+        if not sent:
+            sent.append(sig)
+            os.kill(os.getpid(), sig)
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    t0 = time.monotonic()
+    res = launch_agent(SLEEPER, tmp_path, progress=progress, timeout_s=30)
+    assert sent and res.interrupted and not res.late_interrupt and not res.timed_out
+    assert res.returncode == -signal.SIGTERM  # the harness's SIGTERM ended the agent
+    assert time.monotonic() - t0 < 20
+    assert json.loads((tmp_path / STOP_FILE).read_text())["why"] == "interrupt"
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_a_ctrl_c_from_another_thread_stops_the_running_agent(tmp_path):
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        res = launch_agent(SLEEPER, tmp_path, timeout_s=30)
+    finally:
+        timer.cancel()
+    assert res.interrupted and not res.late_interrupt and res.wall_s < 20
+
+
+def _exited(pid_file: Path) -> bool:
+    """The agent that wrote ``pid_file`` has exited (a zombie, or reaped)."""
+    try:
+        pid = int(pid_file.read_text())
+    except (OSError, ValueError):
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+
+
+@pytest.mark.parametrize("when", ["reap", "progress"])
+def test_a_signal_once_the_agent_has_exited_stops_nothing(tmp_path, monkeypatch, when):
+    """Sent while the harness reaps the exited agent, or from the progress callback
+    once the agent is a zombie or gone: the launch is whole (no stop mark, exit 0)."""
+    pid_file = tmp_path / "agent.pid"
+    cmd = [sys.executable, "-c",
+           f"import os, pathlib; pathlib.Path({str(pid_file)!r}).write_text(str(os.getpid()))"]
+    sent: list[int] = []
+
+    def send() -> None:
+        if not sent:
+            sent.append(signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    progress = None
+    if when == "reap":
+        real = launch_mod.reap
+
+        def reap(run_dir, agent_pid=None, grace_s=5.0):
+            send()  # launch_agent reaps only an agent that has exited (or that it stopped)
+            return real(run_dir, agent_pid, grace_s)
+
+        monkeypatch.setattr(launch_mod, "reap", reap)
+    else:
+        def progress(state: dict) -> None:
+            if _exited(pid_file):
+                send()
+
+    res = launch_agent(cmd, tmp_path, progress=progress, timeout_s=30)
+    assert sent, "no signal was sent"
+    assert res.late_interrupt and not res.interrupted and res.returncode == 0
+    assert not (tmp_path / STOP_FILE).exists()
+
+
+def test_interrupts_nest_hold_and_give_back_the_handlers():
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with interrupts() as outer:
+        with interrupts() as inner:
+            assert inner is outer  # one scope for a run, its reference and the summary
+            os.kill(os.getpid(), signal.SIGTERM)
+            _wait(lambda: outer.count == 1)
+        with held_signals(reraise=False) as got:  # held inside a scope: recorded there too
+            os.kill(os.getpid(), signal.SIGINT)
+            _wait(lambda: got)
+    assert [s for s, _ in outer.got] == [signal.SIGTERM, signal.SIGINT] and got == [signal.SIGINT]
+    assert outer.got[0][1] <= outer.got[1][1] <= time.monotonic()
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_interrupts_in_another_thread_install_nothing():
+    """signal.signal raises there: the scope must neither call it nor join the main
+    thread's (whose signals are the main thread's to act on)."""
+    seen: dict = {}
+
+    def body() -> None:
+        try:
+            with interrupts() as sigs:
+                seen["sigs"] = sigs
+        except ValueError as exc:
+            seen["error"] = exc
+
+    with interrupts() as main_scope:
+        t = threading.Thread(target=body)
+        t.start()
+        t.join(10)
+    assert "error" not in seen and seen["sigs"] is not main_scope
+
+
+# -- run: the summary is whole, the reference skipped before it starts, compared after --
+
+
+def _fake_launches(monkeypatch, signal_after: int | None = None, stopped: bool = False):
+    """Replace ``execute`` with a launch that leaves a finished run (``_finished_run``);
+    Ctrl-C arrives once launch ``signal_after`` (1: the run, 2: the reference) has
+    ended; ``stopped``: the run's launch was stopped by one. Returns the run dirs."""
+    from jitbench.harness import run as run_mod
+
+    calls: list[Path] = []
+
+    def execute(spec, run_dir, progress=None, timeout_s=None):
+        calls.append(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _finished_run(run_dir)
+        if signal_after == len(calls):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # delivered before the next launch could start
+        return LaunchResult(-15 if stopped else 0, 1.0, interrupted=stopped,
+                            log_path=run_dir / "agent.log")
+
+    monkeypatch.setattr(run_mod, "execute", execute)
+    return calls
+
+
+def _run(tmp_path):
+    from jitbench.harness.run import run
+    from jitbench.harness.spec import RunSpec
+    from jitbench.workloads import WorkloadConfig
+
+    run_dir = tmp_path / "run"
+    out = run(RunSpec(workload=WorkloadConfig(steps=2)), run_dir, reference=True)
+    on_disk = json.loads((run_dir / "summary.json").read_text())
+    assert (run_dir / "records.csv").exists() and (run_dir / "records.parquet").exists()
+    return out.summary, on_disk, run_dir
+
+
+def test_a_signal_after_the_reference_ended_still_compares_it(tmp_path, monkeypatch):
+    calls = _fake_launches(monkeypatch, signal_after=2)
+    s, on_disk, run_dir = _run(tmp_path)
+    assert len(calls) == 2
+    for x in (s, on_disk):
+        assert x["interrupted"] is True and x["late_interrupt"] is True
+        assert x["reference_complete"] is True and x["reference_cut_short"] is None
+        assert x["state_equal"] is True and x["max_abs_diff"] == 0.0
+        assert x["end_reason"] == "completed" and x["harness_stopped"] is False
+    status, why = verdict(on_disk)
+    assert status == ExitStatus.INTERRUPTED and "records are complete" in why
+    from jitbench.cli.run import outcome_status
+
+    status, line = outcome_status(on_disk, "jit", run_dir, None)
+    assert status == ExitStatus.INTERRUPTED
+    assert line == (f"interrupted after the run and its fault-free reference ended (nothing "
+                    f"was stopped); records complete in {run_dir}")
+
+
+def test_a_signal_between_the_run_and_its_reference_skips_the_reference(tmp_path,
+                                                                          monkeypatch):
+    calls = _fake_launches(monkeypatch, signal_after=1)
+    s, on_disk, run_dir = _run(tmp_path)
+    assert calls == [run_dir]  # the reference was never launched
+    for x in (s, on_disk):
+        assert x["interrupted"] is True and x["late_interrupt"] is True and x["completed"]
+        assert x["reference_complete"] is False
+        assert x["reference_cut_short"] == REFERENCE_NOT_STARTED
+        assert x["state_equal"] is None
+        assert x["end_reason"] == ("completed; the fault-free reference was not started "
+                                   "(Ctrl-C or SIGTERM came first), so the final states "
+                                   "were not compared")
+    from jitbench.cli.run import outcome_status
+
+    status, line = outcome_status(on_disk, "jit", run_dir, None)
+    assert status == ExitStatus.INTERRUPTED
+    assert line.startswith("interrupted after the run ended (nothing was stopped); the "
+                           "fault-free reference was not started")
+    assert line.endswith(f"records complete in {run_dir}")
+
+
+@pytest.mark.parametrize("stopped", [False, True])
+def test_without_a_late_signal_nothing_is_late(tmp_path, monkeypatch, stopped):
+    calls = _fake_launches(monkeypatch, stopped=stopped)
+    s, on_disk, _ = _run(tmp_path)
+    assert len(calls) == (1 if stopped else 2)
+    assert on_disk["interrupted"] is stopped and on_disk["late_interrupt"] is False
+    assert s["interrupted"] is stopped and s["late_interrupt"] is False
+
+
+# -- the CLI: one line and 130, whatever the command is doing ---------------------------
+
+
+def _interrupt(*args, **kw):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("where", ["launch", "printing"])
+def test_run_prints_one_line_on_a_repeated_ctrl_c(jb, tmp_path, monkeypatch, where):
+    """A Ctrl-C the harness does not take (a second one while the summary prints, one
+    before the launch) was click's silent abort: now one line naming the directory."""
+    from jitbench.cli import run as cli_run
+    from jitbench.harness import run as run_mod
+
+    if where == "launch":
+        monkeypatch.setattr(run_mod, "run", _interrupt)
+    else:
+        class Outcome:
+            summary = {"interrupted": True, "completed": False, "final_step": 0}
+
+        monkeypatch.setattr(run_mod, "run", lambda *a, **kw: Outcome())
+        monkeypatch.setattr(cli_run, "show_summary", _interrupt)
+    d = tmp_path / "r"
+    code, err = jb("run", "--run-dir", str(d))
+    assert code == ExitStatus.INTERRUPTED
+    assert [x for x in err.splitlines() if x.startswith("interrupted")] == [
+        f"interrupted; records kept in {d}"], err
+
+
+def test_a_ctrl_c_while_the_line_prints_is_held(jb, tmp_path, monkeypatch):
+    from jitbench.cli import console
+    from jitbench.harness import run as run_mod
+
+    real = console.line
+
+    def line(text: str) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # a third Ctrl-C, as the line is printed
+        time.sleep(0.05)
+        real(text)
+
+    monkeypatch.setattr(run_mod, "run", _interrupt)
+    monkeypatch.setattr(console, "line", line)
+    code, err = jb("run", "--run-dir", str(tmp_path / "r"))
+    assert code == ExitStatus.INTERRUPTED
+    assert f"interrupted; records kept in {tmp_path / 'r'}" in err
+
+
+def test_launch_prints_one_line_when_interrupted(jb, tmp_path, monkeypatch):
+    from jitbench.harness import script
+
+    monkeypatch.setattr(script, "run_script", _interrupt)
+    ddp = str(Path(__file__).resolve().parents[2] / "examples" / "ddp_tutorial.py")
+    d = tmp_path / "r"
+    code, err = jb("launch", "--steps", "10", "--run-dir", str(d), "--", ddp)
+    assert code == ExitStatus.INTERRUPTED, err
+    assert f"interrupted; records kept in {d}" in err
+
+
+def test_sweep_prints_one_line_when_interrupted(jb, tmp_path, monkeypatch):
+    from jitbench.harness import sweep
+
+    monkeypatch.setattr(sweep, "run_sweep", _interrupt)
+    out = tmp_path / "sw"
+    code, err = jb("sweep", "--strategies", "jit", "--faults", "kill", "--out", str(out))
+    assert code == ExitStatus.INTERRUPTED, err
+    assert f"interrupted; records kept in {out} (--resume runs the rest)" in err
+
+
+def test_overhead_stops_on_a_late_ctrl_c(jb, tmp_path, monkeypatch):
+    """A launch that ended by itself with a Ctrl-C after it (``late_interrupt``) stops
+    the measurement as one that was stopped does: 130 and the line."""
+    from jitbench.harness import run as run_mod
+
+    def late(spec, run_dir, progress=None, timeout_s=None):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return LaunchResult(0, 0.5, late_interrupt=True)
+
+    monkeypatch.setattr(run_mod, "execute", late)
+    out = tmp_path / "ov"
+    code, err = jb("overhead", "--strategies", "jit", "--out", str(out))
+    assert code == ExitStatus.INTERRUPTED, err
+    assert f"interrupted; records kept in {out}" in err
+
+
+def test_click_abort_is_never_silent(jb, monkeypatch):
+    """A command without its own line (here ``faults``): click turns Ctrl-C into Abort,
+    and main prints ``interrupted`` before exiting 130."""
+    import jitbench.faults
+
+    monkeypatch.setattr(jitbench.faults, "catalog", _interrupt)
+    code, err = jb("faults")
+    assert code == ExitStatus.INTERRUPTED
+    assert [x for x in err.splitlines() if x.strip()] == ["interrupted"]
