@@ -30,14 +30,20 @@ def gate(
                                                "ok.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print every comparison as "
                                                          "JSON.")] = False,
+    allow_missing_evidence: Annotated[bool, typer.Option(
+        "--allow-missing-evidence", help="Check RESULTS rows whose run directory is missing "
+        "without it (their failures.csv is not read; a note says how many) instead of "
+        "refusing them (exit 2).")] = False,
 ) -> None:
     """Compare RESULTS with a stored baseline; fail on a regression.
 
     Exit 4 if an invariant is broken, 5 on a timing regression, 6 if the
     results are not comparable with the baseline, 2 if a table is unusable (not a
-    sweep's results, a timing that is not empty or a number of seconds >= 0, or a
+    sweep's results, a timing that is not empty or a number of seconds >= 0, a
     record its evidence contradicts: an edited spec_hash, replay_ok true over replayed
-    steps that break the promise, results.parquet and results.csv that differ)."""
+    steps that break the promise, results.parquet and results.csv that differ, or a
+    RESULTS row whose run directory is missing, unless --allow-missing-evidence). The
+    baseline needs no run directories (a stored table)."""
     for flag, v in (("--tolerance", tolerance), ("--floor-s", floor_s)):
         if not (math.isfinite(v) and v >= 0):
             raise SpecError(f"{flag} must be a finite number >= 0, got {v}")
@@ -57,10 +63,18 @@ def gate(
                           name=f"--baseline {_shown(baseline)}")
     new_t = load_results(results, require=need, what="sweep results",
                          name=str(_shown(results)))
-    from jitbench.reports.evidence import check_evidence
+    from jitbench.reports.evidence import check_evidence, unchecked_note
 
-    check_evidence(base_t, f"--baseline {_shown(baseline)}", baseline)
-    check_evidence(new_t, str(_shown(results)), results)
+    # the candidate's evidence must be there (a row without its run directory is
+    # refused unless the user opts out); the stored baseline is a table without them
+    flag = None if allow_missing_evidence else "--allow-missing-evidence"
+    base_n = check_evidence(base_t, f"--baseline {_shown(baseline)}", baseline)
+    new_n = check_evidence(new_t, str(_shown(results)), results, require_dirs=flag)
+    notes = [unchecked_note(f"--baseline {_shown(baseline)}", base_n, len(base_t))
+             + " (a stored baseline needs none)"] if base_n else []
+    if new_n:
+        notes.append(unchecked_note(str(_shown(results)), new_n, len(new_t))
+                     + " (--allow-missing-evidence)")
     try:
         verdict = g.compare(base_t, new_t, tolerance=tolerance, floor_s=floor_s,
                             strict_machine=strict_machine,
@@ -68,6 +82,8 @@ def gate(
     except IncomparableError as exc:
         console.line(f"error: incomparable results: {exc}")
         raise typer.Exit(int(ExitStatus.INCOMPARABLE)) from None
+    for note in notes:  # once the tables compared: an error stays the one line
+        console.line(note)
     if as_json:
         print(json.dumps([c.__dict__ for c in verdict.checks], default=str))
     else:

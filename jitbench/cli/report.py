@@ -23,7 +23,9 @@ def report(
 ) -> None:
     """Write an HTML and a markdown report for DIR.
 
-    The HTML is one self-contained file (plots inline, no network)."""
+    The HTML is one self-contained file (plots inline, no network). Rows whose run
+    directory is missing are reported unchecked against their failures.csv: a note
+    line (and the report) says how many."""
     from jitbench.cli.outfile import check_dir, check_output
     from jitbench.reports.html import write_report
 
@@ -39,5 +41,5 @@ def report(
         check_dir(files, flag)
 
     html, md = write_report(directory, out_path, overhead_dir, max_timelines=max_timelines,
-                            preflight=writable)
+                            preflight=writable, on_note=console.line)
     console.out().print(f"report: {html}\nmarkdown: {md}")

@@ -20,11 +20,16 @@ def validate(
     csv_path: Annotated[Path | None, typer.Option("--csv", help="Also write the table as "
                                                   "CSV here.")] = None,
     as_json: JsonRows = False,
+    allow_missing_evidence: Annotated[bool, typer.Option(
+        "--allow-missing-evidence", help="Use rows whose run directory is missing without "
+        "it (their failures.csv is neither checked nor read; a note says how many) instead "
+        "of refusing them (exit 2).")] = False,
 ) -> None:
     """Model-predicted vs measured wasted GPU time.
 
     For the measured fault campaigns of RESULTS (a sweep with Poisson faults).
-    --csv never replaces a file that is not an earlier validate table."""
+    --csv never replaces a file that is not an earlier validate table. A row whose run
+    directory is missing is refused (exit 2) unless --allow-missing-evidence."""
     from jitbench.cli.outfile import check_output, csv_header_is
     from jitbench.reports.validate import COLUMNS, load_results, validation_table, why_empty
 
@@ -32,7 +37,8 @@ def validate(
         check_output(csv_path, "--csv", csv_header_is(COLUMNS), "jitbench validate table",
                      "validate")
     try:
-        runs, failures = load_results(results)
+        runs, failures, unchecked = load_results(
+            results, require_dirs=None if allow_missing_evidence else "--allow-missing-evidence")
     except (FileNotFoundError, ValueError, OSError) as exc:
         msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise InputError(msg if str(results) in msg else f"{results}: {msg}") from None
@@ -48,6 +54,11 @@ def validate(
         print(table.to_json(orient="records"))
     else:
         console.out().print(_table(table))
+    if unchecked:  # after the table: an error before it stays the one line
+        from jitbench.reports.evidence import unchecked_note
+
+        console.line(unchecked_note(str(results), unchecked, len(runs))
+                     + " (--allow-missing-evidence)")
     if strict and not table["within_tolerance"].all():
         raise typer.Exit(int(ExitStatus.INCORRECT))
 

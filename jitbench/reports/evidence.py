@@ -35,6 +35,13 @@ can refute it (:func:`check_evidence`):
 A contradiction is a corrupt record, refused as bad input like a corrupt cell
 (:func:`jitbench.records.check_cells`): one line naming the table, the row, the
 run and the field (:class:`jitbench.errors.InputError`, exit 2).
+
+The last check needs the row's run directory. A row whose directory is not found
+is never passed over in silence: :func:`check_evidence` returns how many rows went
+unchecked (``report`` and ``model --from-results`` print that count in a note
+line), and with ``require_dirs`` (the candidate of ``gate``, ``validate``) refuses
+the first such row in one line naming it and the directory it looked for
+(:func:`missing_dir_line`), unless the user opted out (``--allow-missing-evidence``).
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ from typing import Any
 from jitbench.errors import InputError
 from jitbench.records import LABEL_COLUMNS, empty_cell, is_bool, run_dirs, spec_hash
 
-__all__ = ["check_evidence"]
+__all__ = ["check_evidence", "missing_dir_line", "unchecked_note"]
 
 
 def _num(v: Any) -> float | None:
@@ -212,7 +219,41 @@ def _failures_contradiction(row: dict, d: Path | None) -> str | None:
     return None
 
 
-def check_evidence(t, name: str = "results", root: str | Path | None = None) -> None:
+def _looked_for(row: dict, root: Path) -> str:
+    """The run directory a row names, as :func:`jitbench.records.run_dirs` looked for
+    it beside ``root`` (the table's place): ``runs/NAME`` there, or that the row
+    records none."""
+    rd = row.get("run_dir")
+    if empty_cell(rd):
+        return "it records no run_dir, so its run directory cannot be found"
+    r = Path(str(rd))
+    base = root.parent if root.is_file() else root
+    places = dict.fromkeys(str(c) for c in (base / "runs" / r.name, base / r.name,
+                                            r if r.is_absolute() else base / r))
+    return (f"its run directory {rd} is missing (no run's record at "
+            + " or ".join(places) + ")")
+
+
+def missing_dir_line(name: str, i: int, row: dict, root: Path, flag: str) -> str:
+    """The one line refusing row ``i`` (0-based) of table ``name`` whose run directory
+    is missing: what was looked for, what goes unchecked, and the opt-out ``flag``."""
+    where = _where(row)
+    run = f" ({where})" if where else ""
+    return (f"{name}: row {i + 1}{run}: {_looked_for(row, root)}, so its failures.csv "
+            f"cannot be checked against the row; copy the run directories beside the table, "
+            f"or pass {flag} to check the rows without them")
+
+
+def unchecked_note(name: str, unchecked: int, rows: int) -> str:
+    """The note line of a table with ``unchecked`` of its ``rows`` rows whose run
+    directory was not found (their failures.csv was not read)."""
+    return (f"note: {name}: {unchecked} of {rows} row{'s' if rows != 1 else ''} have no run "
+            "directory here, so their num_failures and replayed steps were not checked "
+            "against a failures.csv")
+
+
+def check_evidence(t, name: str = "results", root: str | Path | None = None, *,
+                   require_dirs: str | None = None) -> int:
     """Refuse a records or results table with a row whose recorded conclusions its
     own evidence contradicts (module docstring): ``spec_hash`` against ``spec_json``,
     ``replay_ok`` against the replayed steps and the strategy's promise,
@@ -227,18 +268,29 @@ def check_evidence(t, name: str = "results", root: str | Path | None = None) -> 
         root: the path the table was read from (a run directory, a sweep, a tree of
             runs or a table file): each row's run directory is found from it
             (:func:`jitbench.records.run_dirs`); None: no run directory is read.
+        require_dirs: None, or the opt-out flag (``--allow-missing-evidence``) named
+            when a row whose run directory is not found is refused.
+
+    Returns:
+        How many rows' run directories were not found, so that their
+        ``failures.csv`` was not read (every row when ``root`` is None).
 
     Raises:
         InputError: the first contradiction, in one line naming ``name``, the
-            1-based row, its run (configuration and repeat) and the field (exit 2).
+            1-based row, its run (configuration and repeat) and the field (exit 2);
+            with ``require_dirs``, the first row whose run directory is missing
+            (:func:`missing_dir_line`, exit 2).
     """
     dirs = run_dirs(t, root) if root is not None else [None] * len(t)
     for i, row in enumerate(t.to_dict("records")):
         why = (_spec_contradiction(row) or replay_contradiction(row) or _replay_measured(row)
-               or _state_contradiction(row) or _completed_contradiction(row)
-               or _failures_contradiction(row, dirs[i]))
+               or _state_contradiction(row) or _completed_contradiction(row))
+        if not why and require_dirs is not None and dirs[i] is None:
+            raise InputError(missing_dir_line(name, i, row, Path(root or "."), require_dirs))
+        why = why or _failures_contradiction(row, dirs[i])
         if why:
             where = _where(row)
             run = f" ({where})" if where else ""
             raise InputError(f"{name}: row {i + 1}{run}: {why} (a record that contradicts "
                              "its evidence: nothing was read from it)")
+    return sum(d is None for d in dirs)

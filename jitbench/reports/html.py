@@ -77,17 +77,18 @@ for a run without a failure; ``repeat`` added to a run's records on loading)."""
 
 def _load_table(d: Path):
     """The results of a sweep dir or the one-row records of a run dir
-    (:func:`jitbench.records.load_results`); None if neither is there. A table
-    without a column of :data:`REPORT_COLUMNS` is refused in one line, like one
-    without a key column (:class:`jitbench.errors.InputError`), before anything is
-    written."""
+    (:func:`jitbench.records.load_results`), and how many of its rows have no run
+    directory there (their ``failures.csv`` unchecked:
+    :func:`jitbench.reports.evidence.check_evidence`); ``(None, 0)`` if neither is
+    there. A table without a column of :data:`REPORT_COLUMNS` is refused in one line,
+    like one without a key column (:class:`jitbench.errors.InputError`), before
+    anything is written."""
     from jitbench.reports.evidence import check_evidence
 
     if records.find_table(d) is None:
-        return None
+        return None, 0
     t = records.load_results(d, require=REPORT_COLUMNS)
-    check_evidence(t, str(records.find_table(d)), d)
-    return t
+    return t, check_evidence(t, str(records.find_table(d)), d)
 
 
 def _run_dir(root: Path, recorded: str) -> Path | None:
@@ -242,13 +243,16 @@ def _is_report(path: Path) -> bool:
 
 def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Path | None = None,
                  max_timelines: int = 16,
-                 preflight: Callable[[Path, Path, Path], None] | None = None
-                 ) -> tuple[Path, Path]:
+                 preflight: Callable[[Path, Path, Path], None] | None = None,
+                 on_note: Callable[[str], None] | None = None) -> tuple[Path, Path]:
     """Write ``report.html`` (self-contained) and ``report.md`` for a sweep or run directory.
 
     ``preflight(html_path, markdown_path, figures_dir)``, when given, is called once the
     inputs are read and the outputs found to be a report's or new, before any figure is
     drawn (seconds): the CLI refuses there, in one line, an output it cannot write.
+    ``on_note(line)``, when given, receives each note line once the report is written:
+    how many rows have no run directory, so that their ``failures.csv`` was not checked
+    (the report says it under its results table too).
 
     Returns:
         ``(html_path, markdown_path)``.
@@ -270,7 +274,7 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
         raise SpecError(f"--out {out_path} is a directory; give the HTML file to write")
     if overhead_dir is not None and _load_overhead(overhead_dir)[0] is None:
         raise SpecError(f"--overhead {overhead_dir}: no overhead.csv there")
-    t = _load_table(d)
+    t, unchecked = _load_table(d)
     osum, osegs, ometa = _load_overhead(overhead_dir, d)
     if t is None and osum is None:
         raise SpecError(f"{directory}: no results.parquet, records.csv or overhead.csv to report")
@@ -370,7 +374,7 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
                  "source": str(d.resolve()), "sweep": None,
                  "generated": time.strftime("%Y-%m-%d %H:%M:%S"), "results": None,
                  "cards": [], "sections": [], "metric_notes": METRIC_NOTES, "comparison": [],
-                 "decisions": [],
+                 "decisions": [], "unchecked": None,
                  "result_columns": RESULT_COLUMNS, "overhead_columns": OVERHEAD_COLUMNS,
                  "validation_columns": VALIDATION_COLUMNS, "scale_columns": SCALE_COLUMNS,
                  "by_replicas_note": BY_REPLICAS_NOTE,
@@ -424,6 +428,9 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
             cards.append((f"median recovery · {s}", f"{fmt(rec, 1, none=REPORT['none'])} s", ""))
         ctx["cards"], ctx["results"] = cards, t.to_dict("records")
         md += ["## Results", "", markdown_table(t, RESULT_COLUMNS), ""]
+        if unchecked:  # a check that did not run is said, not skipped in silence
+            ctx["unchecked"] = unchecked_text(unchecked, n)
+            md += [ctx["unchecked"], ""]
         ctx["comparison"] = comparison_lines(t)
         if ctx["comparison"]:
             md += ["## Strategies side by side", ""] + [f"- {x}" for x in ctx["comparison"]]
@@ -455,7 +462,19 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
     md += ["## Metrics", ""] + [f"- `{k}`: {v}" for k, v in METRIC_NOTES]
     _save(html_path, _template().render(**ctx).encode("utf-8"))
     _save(md_path, ("\n".join(md) + "\n").encode("utf-8"))
+    if unchecked and on_note is not None:
+        from jitbench.reports.evidence import unchecked_note
+
+        on_note(unchecked_note(str(records.find_table(d)), unchecked, len(t)))
     return html_path, md_path
+
+
+def unchecked_text(unchecked: int, rows: int) -> str:
+    """The report's sentence under its results table for ``unchecked`` of ``rows`` rows
+    whose run directory was not found."""
+    return (f"Evidence not checked: {unchecked} of {rows} row{'s' if rows != 1 else ''} have "
+            "no run directory beside the table, so their num_failures and replayed steps "
+            "were not checked against the run's failures.csv (their other fields were).")
 
 
 META_TYPES: dict[str, tuple[type, ...]] = {

@@ -86,7 +86,10 @@ def load_from_results(paths: Sequence[Path]) -> FromResults:
     ``what``, ``mb``, ``seconds``).
 
     Records: runs the harness stopped are left out (:func:`harness_stopped_rows`;
-    ``info["excluded_harness_stopped"]`` counts them); for each column of
+    ``info["excluded_harness_stopped"]`` counts them), and
+    ``info["evidence_unchecked_rows"]`` counts the rows whose run directory was not
+    found, so their ``failures.csv`` was not checked against them (the command prints
+    it in a note line); for each column of
     :data:`RESULT_COLUMNS` present, the median over rows
     where it is a finite number (NaN-tolerant), per layout of the ``parallel``
     column (:func:`~jitbench.reports.projection.costs_from_records`; absent: every
@@ -126,7 +129,7 @@ def load_from_results(paths: Sequence[Path]) -> FromResults:
             raise InputError(f"--from-results: {shown}: a second records table (the first: "
                              f"{out.info['path']}); give one, or a directory holding the runs")
         try:  # a row its own evidence contradicts is no cost to model from
-            check_evidence(df, str(shown), path)
+            unchecked = check_evidence(df, str(shown), path)
         except InputError as exc:
             raise InputError(f"--from-results: {exc}") from None
         stopped = harness_stopped_rows(df)
@@ -136,7 +139,8 @@ def load_from_results(paths: Sequence[Path]) -> FromResults:
         df = df[~stopped]
         out.records = costs_from_records(df, str(shown))
         out.info.update({"path": str(shown), "rows": len(df), "layouts": out.records.rows,
-                         "excluded_harness_stopped": int(stopped.sum())})
+                         "excluded_harness_stopped": int(stopped.sum()),
+                         "evidence_unchecked_rows": unchecked, "evidence_rows": len(stopped)})
         if "world_size" in df.columns:
             ws = pd.to_numeric(df["world_size"], errors="coerce").dropna()
             if len(ws):
@@ -440,4 +444,10 @@ def model_main(
                      loaded, io_scale)
         for kind, path in files.items():
             print(f"wrote {kind}: {path}")
+    if loaded.info.get("evidence_unchecked_rows"):  # a check that did not run is said
+        from jitbench.reports.evidence import unchecked_note
+
+        print(unchecked_note(f"--from-results {loaded.info['path']}",
+                             loaded.info["evidence_unchecked_rows"],
+                             loaded.info["evidence_rows"]), file=sys.stderr)
     return 0

@@ -44,7 +44,7 @@ def validation(directory: Path):
     from jitbench.reports.validate import load_results, validation_table
 
     try:
-        runs, failures = load_results(directory)
+        runs, failures, _ = load_results(directory)  # the report counts unchecked rows
     except (FileNotFoundError, ValueError, OSError):
         return None
     table = validation_table(runs, failures)

@@ -54,24 +54,30 @@ RUN_COLUMNS = ("workload", "strategy", "world_size", "num_failures", "step_s", "
 """Columns of a run the validation reads (a records or results table has them)."""
 
 
-def load_results(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def load_results(path: str | Path, require_dirs: str | None = None
+                 ) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     """Runs and failures (:func:`jitbench.records.load_results` and
     :func:`jitbench.records.load_failures`): a sweep directory (its results
     table and each run's ``failures.csv``), another directory (every
     ``records.csv`` and ``failures.csv`` below it) or one records table
     (CSV/Parquet; the phase costs come from a ``failures.csv`` beside it, else
-    from its own columns).
+    from its own columns), and how many runs' directories were not found (their
+    ``failures.csv`` neither checked against the row nor read).
+
+    ``require_dirs``: None, or the opt-out flag named when a row whose run directory is
+    missing is refused (:func:`jitbench.reports.evidence.check_evidence`).
 
     Raises:
         InputError: nothing usable at ``path``, or not a jitbench records/results
             table (it lacks one of :data:`RUN_COLUMNS`), or a row that contradicts its
-            evidence (:func:`jitbench.reports.evidence.check_evidence`); a ValueError.
+            evidence, or (``require_dirs``) whose run directory is missing
+            (:func:`jitbench.reports.evidence.check_evidence`); a ValueError.
     """
     from jitbench.reports.evidence import check_evidence
 
     runs = records.load_results(path, require=RUN_COLUMNS, what="records or results")
-    check_evidence(runs, str(path), path)
-    return runs, records.load_failures(path, runs)
+    unchecked = check_evidence(runs, str(path), path, require_dirs=require_dirs)
+    return runs, records.load_failures(path, runs), unchecked
 
 
 def _median(df: pd.DataFrame, col: str) -> float | None:
