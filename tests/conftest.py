@@ -41,6 +41,35 @@ def one_rank_runtime(tmp_path: Path, strategy: str = "jit", exit_fn=None, **conf
     return rt, model, opt
 
 
+@pytest.fixture(autouse=True)
+def _no_leaked_runtime_signals():
+    """Give the pytest process back its SIGINT/SIGTERM handlers and signal wakeup fd
+    after each test, closing the watchdogs of runtimes a test left open first.
+
+    A :class:`~jitbench.runtime.watchdog.Watchdog` (started by every in-process
+    ``Runtime``) installs a SIGTERM handler and a wakeup fd and, on a SIGTERM, saves and
+    ends the process with exit status 75: one a test leaves open would turn a later
+    test's own SIGTERM (tests/unit/test_interrupts.py) into the end of the whole suite."""
+    import threading
+
+    before = {t for t in threading.enumerate() if t.name == "jitbench-watchdog"}
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    wakeup_fd = signal.set_wakeup_fd(-1)  # read it (the only way), then put it back
+    signal.set_wakeup_fd(wakeup_fd)
+    yield
+    leaked = [t for t in threading.enumerate()
+              if t.name == "jitbench-watchdog" and t not in before]
+    for t in reversed(leaked):  # the newest first: each gives back what it found
+        owner = getattr(getattr(t, "_target", None), "__self__", None)
+        if owner is not None and hasattr(owner, "close"):
+            owner.close()
+    for s, h in handlers.items():
+        if signal.getsignal(s) is not h:
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+    if leaked:
+        signal.set_wakeup_fd(wakeup_fd)
+
+
 def small_spec(steps: int = 12, faults: list[FaultSpec] | None = None, strategy: str = "jit",
                nproc: int = 2, **kw) -> RunSpec:
     """A tiny GPT spec that runs in seconds on 2 cores."""
