@@ -305,9 +305,12 @@ def test_step_begin_carries_cpu_time_only_when_asked(tmp_path, cpu_time):
     log = EventLog(f"{d}/attempt000_rank00000.jsonl", 0, 0)
     rt = Runtime(RuntimeConfig(strategy="jit", ckpt_dir=d, step_cpu_time=cpu_time), log, 0, 1)
     rt.register(m, opt)
-    with rt.step(1):
-        m(torch.randn(3, 2)).sum().backward()
-        opt.step()
+    try:
+        with rt.step(1):
+            m(torch.randn(3, 2)).sum().backward()
+            opt.step()
+    finally:
+        rt.close()
     log.close()
     begins = [e for e in read_events(tmp_path) if e["event"] == "step" and e["phase"] == "begin"]
     assert len(begins) == 1 and ("cpu_s" in begins[0]) is cpu_time
