@@ -10,11 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from jitbench import cli
-from jitbench.faults import FaultSpec
-from jitbench.harness.run import run as run_spec
-from jitbench.harness.spec import RunSpec
-from jitbench.workloads import WorkloadConfig
+REPO = Path(__file__).resolve().parents[1]
+# Every process a test starts (the CLI, the elastic agent's workers) imports jitbench
+# from this checkout, like the test process itself, whichever checkout an editable
+# install points at (a second clone's `pip install -e` redirects it).
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(REPO), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]])
+
+from jitbench import cli  # noqa: E402
+from jitbench.faults import FaultSpec  # noqa: E402
+from jitbench.harness.run import run as run_spec  # noqa: E402
+from jitbench.harness.spec import RunSpec  # noqa: E402
+from jitbench.workloads import WorkloadConfig  # noqa: E402
 
 
 def one_rank_runtime(tmp_path: Path, strategy: str = "jit", exit_fn=None, **config):

@@ -254,3 +254,11 @@ def test_a_launched_scripts_own_blank_argument_is_its_own(jb, tmp_path):
     # sweep's own advice for a script without arguments beside others: not refused
     assert blank_value(["sweep", "--out", "x", "--script", "a.py", "--script-args", "",
                         "--script", "b.py", "--script-args", "--steps 3"]) is None
+
+
+@pytest.mark.parametrize("module", ["jitbench", "jitbench.cli"])
+def test_python_dash_m_runs_the_cli(module, tmp_path):
+    """``python -m jitbench`` is the console script too (a new user tried it first)."""
+    p = subprocess.run([sys.executable, "-m", module, "run", "--fault", "meteor"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 2 and "unknown fault 'meteor'" in p.stderr, p.stderr
