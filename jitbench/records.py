@@ -429,6 +429,7 @@ def load_results(path: str | Path, require: tuple[str, ...] = KEY_COLUMNS,
             if table.name.startswith("records"):
                 t = _as_results(t, p)
         else:
+            _check_unfinished_sweep(p, str(path))
             found = sorted(p.rglob("records.csv"))
             if not found:
                 raise InputError(f"{path}: no results.parquet, results.csv or records.csv "
@@ -446,6 +447,27 @@ def load_results(path: str | Path, require: tuple[str, ...] = KEY_COLUMNS,
         raise InputError(f"{path}: not a jitbench {what} table ("
                          + (f"no column {', '.join(missing)}" if missing else "no rows") + ")")
     return _numeric(t)
+
+
+def _check_unfinished_sweep(d: Path, shown: str) -> None:
+    """Refuse a sweep directory whose ``sweep.json`` says ``complete`` false and that has
+    no results table yet (interrupted before a cell finished): its run directories'
+    records are not a sweep's results.
+
+    Raises:
+        InputError: ``sweep interrupted after N of M cells; --resume runs the rest``.
+    """
+    import json
+
+    try:
+        rec = json.loads((d / "sweep.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return
+    if isinstance(rec, dict) and rec.get("complete") is False:
+        runs, cells = rec.get("runs", 0), rec.get("cells")
+        of = f" of {cells}" if isinstance(cells, int) else ""
+        raise InputError(f"{shown}: sweep interrupted after {runs}{of} cells; --resume runs "
+                         "the rest (no results table yet)")
 
 
 def _numeric(t):

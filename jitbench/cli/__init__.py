@@ -37,6 +37,7 @@ def _interruptible(command: Callable) -> Callable:
 
     @functools.wraps(command)
     def call(*args, **kwargs):
+        _started["on"] = True  # from here on the command says its own 130 line
         try:
             return command(*args, **kwargs)
         except KeyboardInterrupt as exc:
@@ -54,6 +55,9 @@ for _name, _command in (("run", run.run), ("launch", launch.launch), ("faults", 
     app.command(_name)(_interruptible(_command))
 
 _debug = {"on": False}
+_started = {"on": False}
+"""Whether a command's body has started (its options parsed): an exit 130 before it
+is typer's silent answer to a Ctrl-C while the options were parsed."""
 
 
 @app.callback()
@@ -169,8 +173,13 @@ def main() -> None:
         if why is not None:
             raise InputError(why)
         # click returns (does not raise) a typer.Exit's status when not standalone
+        _started["on"] = False
         rc = app(prog_name="jitbench", standalone_mode=False)
         if isinstance(rc, int) and rc:
+            if rc == ExitStatus.INTERRUPTED and not _started["on"]:
+                # typer turned a Ctrl-C while it parsed the options into a silent
+                # Exit(130) (returned, not standalone): never a silent exit
+                line("interrupted")
             sys.exit(rc)
     except JitbenchError as exc:
         line(f"error: {exc}")

@@ -73,7 +73,7 @@ def overhead(
     Overheads come with 95% bootstrap intervals. With a script after --
     (jitbench overhead [OPTIONS] -- SCRIPT.py ARGS) one launch per arm and
     repeat: the script alone, under jitbench's hooks, and under transparent JIT."""
-    from jitbench.harness.overhead import OverheadConfig, run_overhead
+    from jitbench.harness.overhead import OverheadConfig, OverheadInterrupted, run_overhead
     from jitbench.harness.spec import RunSpec
 
     script = command is not None and len(command) > 0
@@ -117,12 +117,35 @@ def overhead(
             except RuntimeError as exc:
                 console.line(f"error: {exc}")
                 raise typer.Exit(int(ExitStatus.RUN_FAILED)) from None
+            except OverheadInterrupted as e:
+                say_interrupted(out_dir, e)
         if as_json:
             print(json.dumps(res.summary))
             return
         console.out().print(overhead_table(res.summary, res.meta))
         console.out().print(f"output: {out_dir}/overhead.csv  (launch wall "
                             f"{res.meta['wall_s']:.0f} s)")
+
+
+def say_interrupted(out_dir: Path, e) -> None:
+    """One true line for an interrupted measurement
+    (:class:`~jitbench.harness.overhead.OverheadInterrupted`), signals held, then 130."""
+    from jitbench.harness.launch import held_signals
+
+    if e.complete:
+        text = ("interrupted once the last launch had ended; the measurement is complete: "
+                f"{out_dir / 'overhead.csv'}")
+    elif e.done:
+        text = (f"interrupted after {e.done} of {e.total} launches: the measurement is "
+                "incomplete, so there is no overhead.csv (the finished launches' times are "
+                f"in {out_dir / 'overhead_segments.csv'}); rerun with --overwrite")
+    else:
+        text = ("interrupted before a launch finished: nothing was measured (no "
+                f"overhead.csv; {out_dir} keeps the launch's run records); rerun with "
+                "--overwrite")
+    with held_signals(reraise=False):
+        console.line(text)
+    raise typer.Exit(int(ExitStatus.INTERRUPTED)) from None
 
 
 def row_verdict(r: dict) -> str:

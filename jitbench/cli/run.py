@@ -58,7 +58,8 @@ class FaultOptions:
         help="Fault to inject ('jitbench faults' lists them); 'none' for a fault-free run. "
              "Default: nccl-hang, or none with --scenario.")] = None
     fault_rank: Annotated[int | None, typer.Option(
-        help="Rank the fault hits (default 1).")] = None
+        help="Rank the fault hits (default 1; with --fault-mtbf-steps/-s, ranks drawn "
+             "from the seed over the world size, as sweep draws them, unless given).")] = None
     fault_step: Annotated[int | None, typer.Option(
         help="Step the fault fires at (default: a third of the way in).")] = None
     fault_time_s: Annotated[float | None, typer.Option(

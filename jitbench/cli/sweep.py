@@ -56,6 +56,9 @@ def parse_sizes(text: str | None) -> dict[str, str]:
             raise SpecError(f"--sizes takes workload=size pairs (gpt=tiny,resnet=resnet18), "
                             f"got {item!r}")
         k, v = item.split("=", 1)
+        if k.strip() in sizes:  # a second size of one workload would overwrite the first
+            raise SpecError(f"--sizes gives a size of {k.strip()} twice ({sizes[k.strip()]}, "
+                            f"{v.strip()}): give one size per workload")
         sizes[k.strip()] = v.strip()
     return sizes
 
@@ -166,7 +169,7 @@ def sweep(
 
     Each cell (x seeds x repeats) is one run with its fault-free reference. A
     --script is a workload too: its cells launch it as 'jitbench launch' does."""
-    from jitbench.harness.sweep import SweepConfig, run_sweep
+    from jitbench.harness.sweep import SweepConfig, SweepInterrupted, run_sweep
     size_map = parse_sizes(sizes)
     check_sizes(size_map)
     seed_items = csv_list(seeds, "--seeds")
@@ -215,7 +218,14 @@ def sweep(
                   + f"  [{time.monotonic() - t0:.0f} s]")
 
     with console.on_interrupt(out_dir, " (--resume runs the rest)"):
-        res = run_sweep(cfg, out_dir, resume=resume, overwrite=overwrite, on_run=on_run)
+        try:
+            res = run_sweep(cfg, out_dir, resume=resume, overwrite=overwrite, on_run=on_run)
+        except SweepInterrupted as e:
+            say_interrupted(out_dir, e)
+    if res.already_complete:
+        console.line(f"sweep already complete in {out_dir} ({len(res.table)} runs); "
+                     "nothing to resume")
+        return
     with console.on_interrupt(out_dir):  # the sweep is complete: only its printing stops
         t = res.table
         if not as_json:
@@ -231,6 +241,22 @@ def sweep(
             console.line(f"error: {text}")
     if status:
         raise typer.Exit(int(status))
+
+def say_interrupted(out_dir: Path, e) -> None:
+    """One line for an interrupted sweep (:class:`~jitbench.harness.sweep.SweepInterrupted`)
+    with further signals held, then exit 130."""
+    from jitbench.errors import ExitStatus
+    from jitbench.harness.launch import held_signals
+
+    late = (" once its last launch had ended (that run is finished and kept)"
+            if e.late else "")
+    table = (f"; their results are in {out_dir / 'results.csv'}" if e.done
+             else "; no results table yet")
+    with held_signals(reraise=False):
+        console.line(f"interrupted{late}: sweep stopped after {e.done} of {e.total} cells"
+                     f"{table} (sweep.json: complete false); --resume runs the rest")
+    raise typer.Exit(int(ExitStatus.INTERRUPTED)) from None
+
 
 def results_table(t) -> Table:
     """Terminal table of a results table (one row per run; times in s)."""

@@ -473,6 +473,22 @@ def check_plan(faults: list[FaultSpec], world_size: int, steps: int,
     check_unique(faults, where=None)
 
 
+def poisson_plan(kind: str, world_size: int, steps: int, seed: int, *,
+                 mtbf_steps: float | None = None, mtbf_s: float | None = None,
+                 start_step: int = 1, max_faults: int | None = None,
+                 rank: int | None = None, where: str = "--fault-mtbf-steps"
+                 ) -> list[FaultSpec]:
+    """The seeded Poisson faults of one kind that ``jitbench run --fault-mtbf-steps``
+    (or ``--fault-mtbf-s``) and every cell of ``jitbench sweep --fault-mtbf-steps``
+    plan: each fault on a rank drawn from ``range(world_size)`` (``rank`` given:
+    every fault on that rank, ``--fault-rank``), so a run and a sweep cell of the
+    same options and seed meet the same trace (:func:`poisson`)."""
+    ranks = list(range(world_size)) if rank is None else [rank]
+    return poisson([kind], ranks, steps, seed, mtbf_steps=mtbf_steps, mtbf_s=mtbf_s,
+                   horizon_s=None, start_step=start_step, max_faults=max_faults,
+                   where=where)
+
+
 def plan_from_options(kind: str | None, rank: int | None, step: int | None, steps: int,
                       nproc: int,
                       seed: int, *, time_s: float | None = None,
@@ -483,7 +499,9 @@ def plan_from_options(kind: str | None, rank: int | None, step: int | None, step
     """The fault plan of ``jitbench run``'s options.
 
     ``kind`` None: ``nccl-hang`` unless a scenario is given; ``none``: no
-    fault. ``rank`` None: rank 1 (given with ``none``: refused). ``params`` are
+    fault. ``rank`` None: rank 1, or with ``mtbf_steps``/``mtbf_s`` each fault on a
+    rank drawn from the seed over ``range(nproc)`` (:func:`poisson_plan`, as a sweep
+    draws them; given with ``none``: refused). ``params`` are
     ``--fault-param`` strings, parsed by the fault's parameter types. ``step``
     None: a third of the way in.
 
@@ -516,6 +534,7 @@ def plan_from_options(kind: str | None, rank: int | None, step: int | None, step
         return out
     if kind not in FAULTS:
         raise ScheduleError(unknown("fault", kind, ["none", *sorted(FAULTS)]))
+    pinned = rank  # a Poisson draw picks each fault's rank unless --fault-rank pins it
     rank = 1 if rank is None else rank
     if len(triggers) > 1:
         raise ScheduleError(f"give one trigger, not both {triggers[0]} and {triggers[1]}")
@@ -543,12 +562,12 @@ def plan_from_options(kind: str | None, rank: int | None, step: int | None, step
     if mtbf_steps is not None or mtbf_s is not None:
         if step is not None:
             check_start_step(step, steps, triggers[0])
-        faults = poisson([kind], [rank], steps, seed, mtbf_steps=mtbf_steps, mtbf_s=mtbf_s,
-                         horizon_s=None, start_step=1 if step is None else step,
-                         max_faults=count if count is not None else
-                         (None if mtbf_steps is not None else 10),
-                         where="--fault-mtbf-steps" if mtbf_steps is not None
-                         else "--fault-mtbf-s")
+        faults = poisson_plan(kind, nproc, steps, seed, mtbf_steps=mtbf_steps,
+                              mtbf_s=mtbf_s, start_step=1 if step is None else step,
+                              max_faults=count if count is not None else
+                              (None if mtbf_steps is not None else 10), rank=pinned,
+                              where="--fault-mtbf-steps" if mtbf_steps is not None
+                              else "--fault-mtbf-s")
         if not faults:
             raise ScheduleError(empty_draw("--fault-mtbf-steps" if mtbf_steps is not None
                                            else "--fault-mtbf-s", steps, seed, mtbf_steps,

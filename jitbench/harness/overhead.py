@@ -606,8 +606,14 @@ def run_overhead(base: RunSpec | ScriptSpec, cfg: OverheadConfig, out_dir: Path,
     Raises:
         SpecError: invalid plan or spec, or a non-empty ``out_dir`` without ``overwrite``.
         RuntimeError: the launch did not complete.
-        KeyboardInterrupt: Ctrl-C or SIGTERM stopped a launch, or arrived once one had
-            ended (its records are kept in ``out_dir``; the CLI exits 130).
+        OverheadInterrupted: (a ``KeyboardInterrupt``; the CLI exits 130) Ctrl-C or
+            SIGTERM stopped a launch, or arrived once one had ended by itself before the
+            last: ``overhead.json`` says ``complete`` false (``launches_done`` of
+            ``launches``), the finished launches' rows are in ``overhead_segments.csv``
+            and ``overhead_steps.csv`` (launch mode), and there is no ``overhead.csv``.
+            One that arrived once the last launch had ended by itself stopped nothing:
+            the measurement is written whole (``late_interrupt`` true in
+            ``overhead.json``) and the exception says ``complete``.
     """
     import json
 
@@ -621,42 +627,32 @@ def run_overhead(base: RunSpec | ScriptSpec, cfg: OverheadConfig, out_dir: Path,
     # the marker first: an interrupted run's directory is replaced by --overwrite too
     (out_dir / "overhead.json").write_text(json.dumps({"complete": False}))
     per_step: list[dict] = []
-    if cfg.mode == "segments":
-        spec = overhead_spec(base, cfg)
-        run_dir = out_dir / "run"
-        res = execute(spec, run_dir, progress, timeout_s)
-        if res.interrupted or res.late_interrupt:  # Ctrl-C / SIGTERM: records kept
-            raise KeyboardInterrupt
-        if res.returncode != 0:
-            raise RuntimeError(f"the overhead run did not complete (agent exit "
-                               f"{res.returncode}); see {run_dir / 'agent.log'}")
-        segs = segment_times(run_dir, spec, cfg.segment_length() - cfg.segment_steps, per_step)
-        wall_s = res.wall_s
-    else:
-        segs, wall_s, run_dir = [], 0.0, out_dir / "runs"
-        for i, (strategy, rep) in enumerate(cfg.order()):
-            d = run_dir / f"{i:02d}-{strategy.replace(':', '_')}-r{rep}"
-            if cfg.script:
-                from jitbench.harness import script
-
-                spec = script_launch_spec(base, strategy)
-                res = script.execute(spec, d, progress, timeout_s)
-            else:
-                spec = launch_spec(base, cfg, strategy)
-                res = execute(spec, d, progress, timeout_s)
-            wall_s += res.wall_s
-            if res.interrupted or res.late_interrupt:
+    segs: list[dict] = []
+    late = False  # a Ctrl-C or SIGTERM once the last launch had ended by itself
+    total = 1 if cfg.mode == "segments" else len(cfg.order())
+    try:
+        if cfg.mode == "segments":
+            spec = overhead_spec(base, cfg)
+            run_dir = out_dir / "run"
+            res = execute(spec, run_dir, progress, timeout_s)
+            if res.interrupted:  # Ctrl-C / SIGTERM stopped it: nothing measured
                 raise KeyboardInterrupt
             if res.returncode != 0:
-                raise RuntimeError(f"the overhead launch of {strategy} (repeat {rep}) did not "
-                                   f"complete (agent exit {res.returncode}); see "
-                                   f"{d / 'agent.log'}")
+                raise RuntimeError(f"the overhead run did not complete (agent exit "
+                                   f"{res.returncode}); see {run_dir / 'agent.log'}")
             try:
-                segs.append(launch_times(d, cfg, strategy, rep, per_step, i))
-            except ValueError as exc:
+                segs = segment_times(run_dir, spec, cfg.segment_length() - cfg.segment_steps,
+                                     per_step)
+            except ValueError as exc:  # as in launch mode: exit 3 with the line
                 raise RuntimeError(str(exc)) from None
-        spec = (script_launch_spec(base, "none") if cfg.script
-                else launch_spec(base, cfg, "none"))
+            wall_s, late = res.wall_s, res.late_interrupt
+        else:
+            wall_s, run_dir, spec, late = _launches(base, cfg, out_dir, progress, timeout_s,
+                                                    segs, per_step)
+    except OverheadInterrupted:
+        raise
+    except KeyboardInterrupt:
+        raise _interrupted(out_dir, segs, per_step, total) from None
     summ = summarize(segs, cfg.strategies, cfg.resamples, cfg.seed, cfg.min_verdict_repeats())
     meta = {"overhead_version": OVERHEAD_VERSION,
             "workload": spec.name if cfg.script else spec.workload.name,
@@ -668,13 +664,101 @@ def run_overhead(base: RunSpec | ScriptSpec, cfg: OverheadConfig, out_dir: Path,
             "min_verdict_repeats": cfg.min_verdict_repeats(),
             "order": [list(x) for x in cfg.order()],
             "strategies": cfg.strategies, "wall_s": wall_s, "code_version": code_version(),
-            "machine": machine_fingerprint(), "spec": json.loads(spec.to_json())}
+            "machine": machine_fingerprint(), "spec": json.loads(spec.to_json()),
+            "late_interrupt": bool(late)}
     for r in summ:
         r.update({k: meta[k] for k in ("workload", "size", "world_size", "segment_steps",
                                        "mode", "balanced")})
-    pd.DataFrame(summ).to_csv(out_dir / "overhead.csv", index=False)
-    pd.DataFrame(segs).to_csv(out_dir / "overhead_segments.csv", index=False)
-    pd.DataFrame(per_step).to_csv(out_dir / "overhead_steps.csv", index=False)
-    (out_dir / "overhead.json").write_text(json.dumps(
-        {**meta, "complete": True, "summary": summ, "segments": segs}, indent=2))
+    from jitbench.harness.launch import held_signals
+
+    with held_signals(reraise=False) as got:  # the files are written whole
+        pd.DataFrame(summ).to_csv(out_dir / "overhead.csv", index=False)
+        pd.DataFrame(segs).to_csv(out_dir / "overhead_segments.csv", index=False)
+        pd.DataFrame(per_step).to_csv(out_dir / "overhead_steps.csv", index=False)
+        (out_dir / "overhead.json").write_text(json.dumps(
+            {**meta, "complete": True, "summary": summ, "segments": segs}, indent=2))
+    if late or got:  # the measurement is complete and written; the command exits 130
+        raise OverheadInterrupted(total, total, complete=True)
     return OverheadResult(summ, segs, run_dir, meta)
+
+
+class OverheadInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM ended an overhead measurement after ``done`` of its ``total``
+    launches. ``complete``: it came once the last launch had ended by itself, and the
+    whole measurement is written (``overhead.csv``); otherwise ``overhead.json`` says
+    ``complete`` false and there is no ``overhead.csv`` (the finished launches' times
+    are in ``overhead_segments.csv`` and ``overhead_steps.csv``)."""
+
+    def __init__(self, done: int, total: int, complete: bool = False):
+        super().__init__(f"overhead interrupted after {done} of {total} launches")
+        self.done, self.total, self.complete = done, total, complete
+
+
+def _interrupted(out_dir: Path, segs: list[dict], per_step: list[dict],
+                 total: int) -> OverheadInterrupted:
+    """Write what an interrupted measurement measured: the finished launches' rows
+    (``overhead_segments.csv``, ``overhead_steps.csv``; none: no file) and
+    ``overhead.json`` ``complete`` false with ``launches_done`` of ``launches``; the
+    exception to raise. Further signals are held while the files are written."""
+    import json
+
+    import pandas as pd
+
+    from jitbench.harness.launch import held_signals
+
+    done = len(segs) if total > 1 else 0  # launch mode: one row per finished launch
+    with held_signals(reraise=False):
+        if segs and total > 1:
+            pd.DataFrame(segs).to_csv(out_dir / "overhead_segments.csv", index=False)
+            pd.DataFrame(per_step).to_csv(out_dir / "overhead_steps.csv", index=False)
+        (out_dir / "overhead.json").write_text(json.dumps(
+            {"complete": False, "interrupted": True, "launches_done": done,
+             "launches": total}, indent=2))
+    return OverheadInterrupted(done, total)
+
+
+def _launches(base: RunSpec | ScriptSpec, cfg: OverheadConfig, out_dir: Path, progress,
+              timeout_s: float | None, segs: list[dict], per_step: list[dict]):
+    """Launch mode of :func:`run_overhead`: one launch per strategy and repeat, each
+    one's row appended to ``segs`` (and its steps to ``per_step``) as it finishes.
+    Returns ``(wall_s, runs_dir, spec of none, late)``; ``late``: a Ctrl-C or SIGTERM
+    came once the last launch had ended by itself (the measurement is complete).
+
+    Raises:
+        KeyboardInterrupt: a launch was stopped, or a late one came before the last
+            launch (the launch it came after is kept in ``segs``).
+        RuntimeError: a launch did not complete.
+    """
+    from jitbench.harness.run import execute
+
+    late = False
+    order = cfg.order()
+    wall_s, run_dir = 0.0, out_dir / "runs"
+    for i, (strategy, rep) in enumerate(order):
+        d = run_dir / f"{i:02d}-{strategy.replace(':', '_')}-r{rep}"
+        if cfg.script:
+            from jitbench.harness import script
+
+            spec = script_launch_spec(base, strategy)
+            res = script.execute(spec, d, progress, timeout_s)
+        else:
+            spec = launch_spec(base, cfg, strategy)
+            res = execute(spec, d, progress, timeout_s)
+        wall_s += res.wall_s
+        if res.interrupted:  # Ctrl-C / SIGTERM stopped it: not measured
+            raise KeyboardInterrupt
+        if res.returncode != 0:
+            raise RuntimeError(f"the overhead launch of {strategy} (repeat {rep}) did not "
+                               f"complete (agent exit {res.returncode}); see "
+                               f"{d / 'agent.log'}")
+        try:
+            segs.append(launch_times(d, cfg, strategy, rep, per_step, i))
+        except ValueError as exc:
+            raise RuntimeError(str(exc)) from None
+        if res.late_interrupt:  # this launch ended by itself: measured and kept
+            if i + 1 < len(order):
+                raise KeyboardInterrupt
+            late = True
+    spec = (script_launch_spec(base, "none") if cfg.script
+            else launch_spec(base, cfg, "none"))
+    return wall_s, run_dir, spec, late

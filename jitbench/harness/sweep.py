@@ -74,6 +74,16 @@ class SweepScript:
     cell's seed."""
 
 
+def duplicate(values: list) -> int | None:
+    """The index of the first value of ``values`` that an earlier one equals, or None."""
+    seen: list = []
+    for i, v in enumerate(values):
+        if v in seen:
+            return i
+        seen.append(v)
+    return None
+
+
 def script_labels(scripts: list[SweepScript]) -> list[str]:
     """The ``workload`` label of each script: ``script:NAME`` (its file name), with
     ``#2``, ``#3`` ... on later scripts of the same name (one script with two
@@ -158,6 +168,17 @@ class SweepConfig:
                 and self.seeds):
             raise SpecError("a sweep needs at least one workload (or --script), strategy, "
                             "fault and seed")
+        scripts = [json.dumps([sc.path, sc.args]) for sc in self.scripts]
+        for option, values, shown in (
+                ("--workloads", self.workloads, self.workloads),
+                ("--strategies", self.strategies, self.strategies),
+                ("--faults", self.faults, self.faults),
+                ("--seeds", self.seeds, self.seeds),
+                ("--script", scripts, [" ".join([sc.path, *sc.args]) for sc in self.scripts])):
+            dup = duplicate(values)
+            if dup is not None:
+                raise SpecError(f"{option} gives {shown[dup]} twice: its cells would run twice "
+                                "into the same run directories; give each value once")
         for w in self.workloads:
             if w not in WORKLOADS:
                 raise SpecError(unknown("workload", w, WORKLOADS))
@@ -221,6 +242,21 @@ class SweepConfig:
                 for f in self.faults:  # a launched script refuses some kinds (storage)
                     self.spec(label, s, f, self.seeds[0]).validate()
 
+    def unused_fields(self) -> tuple[str, ...]:
+        """Fields this matrix does not use (:meth:`record` leaves them out, a resume
+        does not compare them): ``fault_step`` and ``fault_rank`` under a Poisson
+        draw (``fault_mtbf_steps``), ``fault_start_step`` and ``fault_count``
+        without one."""
+        if self.fault_mtbf_steps is not None:
+            return ("fault_step", "fault_rank")
+        return ("fault_start_step", "fault_count")
+
+    def record(self) -> dict:
+        """The config as ``sweep.json`` records it: every field but the
+        :meth:`unused_fields`."""
+        unused = self.unused_fields()
+        return {k: v for k, v in asdict(self).items() if k not in unused}
+
     def script_map(self) -> dict[str, SweepScript]:
         """``{workload label: script}`` of the sweep's scripts (:func:`script_labels`)."""
         return dict(zip(script_labels(self.scripts), self.scripts, strict=True))
@@ -235,11 +271,12 @@ class SweepConfig:
         if not fault:
             return []
         if self.fault_mtbf_steps is not None:
-            from jitbench.faults.schedule import poisson
+            from jitbench.faults.schedule import poisson_plan
 
-            return poisson([fault], list(range(self.nproc)), self.steps, seed,
-                           mtbf_steps=self.fault_mtbf_steps, max_faults=self.fault_count,
-                           start_step=self.fault_start_step, where="--fault-mtbf-steps")
+            # as jitbench run --fault-mtbf-steps draws them (one helper, one trace)
+            return poisson_plan(fault, self.nproc, self.steps, seed,
+                                mtbf_steps=self.fault_mtbf_steps, max_faults=self.fault_count,
+                                start_step=self.fault_start_step, where="--fault-mtbf-steps")
         return [FaultSpec(fault, self.fault_rank, self.fault_step)]
 
     def script_spec(self, label: str, strategy: str, fault: str | None,
@@ -312,6 +349,8 @@ class SweepResult:
     """The sweep's wall time in seconds, over every session (``--resume`` adds one)."""
     session_wall_s: float = 0.0
     """This session's share of ``wall_s`` (s)."""
+    already_complete: bool = False
+    """A ``resume`` found the sweep complete and ran nothing (no session added)."""
 
 
 def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite: bool = False,
@@ -335,9 +374,17 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
         SpecError: invalid matrix, or a non-empty directory without resume/overwrite;
             a ``resume`` without a sweep to continue, or with ``overwrite``
             (:func:`check_resume_target`), or with another matrix (:func:`check_resume`).
-        KeyboardInterrupt: Ctrl-C or SIGTERM stopped a run or reference: the sweep
-            stops there (the stopped run's directory and summary are kept, marked
-            ``interrupted``; ``resume`` runs it again).
+        SweepInterrupted: (a ``KeyboardInterrupt``) Ctrl-C or SIGTERM stopped a run or
+            reference: the sweep stops there (the stopped run's directory and summary
+            are kept, marked ``interrupted``; ``resume`` runs it again). One that came
+            once a launch had ended by itself (``late_interrupt``) stopped nothing: that
+            run is finished (its row is kept, ``resume`` does not rerun it) and the
+            sweep stops after it. Either way the results table of the cells that
+            finished is written and ``sweep.json`` says ``complete`` false, with
+            ``runs`` of ``cells`` done; a ``resume`` rewrites the table whole.
+
+    A ``resume`` of a complete sweep runs nothing and adds no session: its
+    :class:`SweepResult` says ``already_complete``.
     """
     from jitbench.harness.run import prepare_dir
 
@@ -350,6 +397,9 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
     else:
         check_resume_target(sweep_dir, overwrite)
         check_resume(cfg, sweep_dir)
+        done = _already_complete(sweep_dir)
+        if done is not None:  # nothing to run: no session is added
+            return done
     sweep_dir.mkdir(parents=True, exist_ok=True)
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     before = recorded_sessions(sweep_dir) if resume else []
@@ -359,7 +409,7 @@ def run_sweep(cfg: SweepConfig, sweep_dir: Path, resume: bool = False, overwrite
         # the marker first: an interrupted sweep's directory is a sweep directory too
         # (--resume continues it, --overwrite replaces it); rewritten at the end
         (sweep_dir / "sweep.json").write_text(json.dumps(
-            {"results_version": RESULTS_VERSION, "config": asdict(cfg), "complete": False,
+            {"results_version": RESULTS_VERSION, "config": cfg.record(), "complete": False,
              "created": created, "sessions": [], "wall_s": 0.0}, indent=2))
     t0 = time.monotonic()
     try:
@@ -382,10 +432,114 @@ def _run_cells(cfg: SweepConfig, sweep_dir: Path, resume: bool,
     records, ``when``: the sweep's ``created`` and this session's ``started``."""
     import pandas as pd
 
-    from jitbench.harness.run import code_version, machine_fingerprint, record_row, run
+    from jitbench.harness.run import code_version, machine_fingerprint
 
     rows: list[dict] = []
     refs: dict[tuple[str, int, str], Path] = {}
+    try:
+        _cells_into(cfg, sweep_dir, resume, on_run, rows, refs)
+    except KeyboardInterrupt as e:
+        raise _interrupted(cfg, sweep_dir, rows, refs, isinstance(e, _Late)) from None
+    table = pd.DataFrame(rows)
+    scripts = cfg.script_map()
+    table.to_parquet(sweep_dir / "results.parquet", index=False)
+    table.to_csv(sweep_dir / "results.csv", index=False)
+    sessions = before + [{"started": when["started"], "wall_s": time.monotonic() - t0,
+                          "ended": "complete"}]
+    wall_s = sum(x["wall_s"] for x in sessions)
+    (sweep_dir / "sweep.json").write_text(json.dumps(
+        {"results_version": RESULTS_VERSION, "config": cfg.record(), "complete": True,
+         "scripts": [{"workload": label, "script": sc.path, "args": sc.args}
+                     for label, sc in scripts.items()], "wall_s": wall_s,
+         "sessions": sessions, "runs": len(rows), "cells": len(cfg.cells()),
+         "references": len(refs), "code_version": code_version(),
+         "machine": machine_fingerprint(), "created": when["created"]}, indent=2))
+    return SweepResult(table, sweep_dir, wall_s, sessions[-1]["wall_s"])
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM ended a sweep: ``done`` of its ``total`` cells had finished
+    (their rows are in the results table, ``sweep.json`` says ``complete`` false)."""
+
+    def __init__(self, done: int, total: int, late: bool = False):
+        super().__init__(f"sweep interrupted after {done} of {total} cells")
+        self.done, self.total, self.late = done, total, late
+
+
+class _Late(KeyboardInterrupt):
+    """A Ctrl-C or SIGTERM that came once a launch had ended by itself: the launch
+    is finished (kept), the sweep stops after it."""
+
+
+def _interrupted(cfg: SweepConfig, sweep_dir: Path, rows: list[dict],
+                 refs: dict, late: bool) -> SweepInterrupted:
+    """Write the results table of the finished cells (``rows``; none: no table) and
+    mark ``sweep.json`` incomplete (``runs`` of ``cells``); the exception to raise.
+    Further signals are held while the files are written."""
+    import pandas as pd
+
+    from jitbench.harness.launch import held_signals
+
+    with held_signals(reraise=False):
+        if rows:
+            table = pd.DataFrame(rows)
+            table.to_parquet(sweep_dir / "results.parquet", index=False)
+            table.to_csv(sweep_dir / "results.csv", index=False)
+        got = _recorded(sweep_dir)
+        if got:
+            got.update({"complete": False, "runs": len(rows), "cells": len(cfg.cells()),
+                        "references": len(refs)})
+            try:
+                (sweep_dir / "sweep.json").write_text(json.dumps(got, indent=2, default=str))
+            except OSError:
+                pass
+    return SweepInterrupted(len(rows), len(cfg.cells()), late)
+
+
+def _already_complete(sweep_dir: Path) -> SweepResult | None:
+    """The result of a ``resume`` of a sweep that ``sweep.json`` records complete, with
+    its results table (nothing to run); None when there is a cell left to run."""
+    from jitbench.errors import InputError
+    from jitbench.records import load_results
+
+    got = _recorded(sweep_dir)
+    if got.get("complete") is not True:
+        return None
+    try:
+        table = load_results(sweep_dir, require=("workload", "strategy", "fault"))
+    except InputError:
+        return None  # no table to show: the cells are checked and rewritten
+    wall = sum(x["wall_s"] for x in recorded_sessions(sweep_dir))
+    return SweepResult(table, sweep_dir, wall, 0.0, already_complete=True)
+
+
+def _stopped(summary: dict) -> bool:
+    """A launch's summary says Ctrl-C or SIGTERM stopped it (not a late interrupt,
+    which stopped nothing: that run is finished)."""
+    return bool(summary.get("interrupted")) and not summary.get("late_interrupt")
+
+
+def _as_row(summary: dict) -> dict:
+    """The summary of a finished cell as the sweep records it: a late interrupt
+    interrupted the sweep, not the run (``interrupted`` false, ``late_interrupt``
+    kept), so the row is judged as any finished run."""
+    if summary.get("late_interrupt"):
+        return {**summary, "interrupted": False}
+    return summary
+
+
+def _cells_into(cfg: SweepConfig, sweep_dir: Path, resume: bool,
+                on_run: Callable[[dict], None] | None, rows: list[dict],
+                refs: dict[tuple[str, int, str], Path]) -> None:
+    """Run (or, on ``resume``, keep) every cell and reference, appending each cell's
+    row to ``rows`` and each reference to ``refs``.
+
+    Raises:
+        KeyboardInterrupt: a launch was stopped (no row), or a late interrupt came
+            (its row appended first).
+    """
+    from jitbench.harness.run import record_row, run
+
     scripts = cfg.script_map()
     for w, s, f, seed, rep in cfg.cells():
         if w in scripts:  # a user's script: launched as ``jitbench launch`` launches it
@@ -400,16 +554,19 @@ def _run_cells(cfg: SweepConfig, sweep_dir: Path, resume: bool,
             if not (resume and _finished(ref_dir)):
                 out = launch(cfg.spec(w, trainer, None, seed), ref_dir, reference=False,
                              overwrite=True, timeout_s=cfg.timeout_s)
-                if out.summary.get("interrupted"):
+                if _stopped(out.summary):
                     raise KeyboardInterrupt
                 if on_run:
-                    on_run({**record_row(out.summary), "reference": True})
+                    on_run({**record_row(_as_row(out.summary)), "reference": True})
+                if out.summary.get("late_interrupt"):  # the reference is finished: kept
+                    raise _Late
             if w in scripts:
                 _check_script_reference(w, ref_dir)
             refs[(w, seed, trainer)] = ref_dir
         spec = cfg.spec(w, s, f, seed)
         d = cell_dir(sweep_dir, w, s, f, seed, rep)
         t_run = time.monotonic()
+        late = False
         if resume and _finished(d):
             summary = json.loads((d / "summary.json").read_text())
             run_wall = summary.get("run_wall_s")
@@ -419,29 +576,18 @@ def _run_cells(cfg: SweepConfig, sweep_dir: Path, resume: bool,
             run_wall = time.monotonic() - t_run
             summary["run_wall_s"] = run_wall
             (d / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-            if summary.get("interrupted"):  # no row: the run is redone by --resume
+            if _stopped(summary):  # no row: the run is redone by --resume
                 raise KeyboardInterrupt
-        row = record_row(summary)
+            late = bool(summary.get("late_interrupt"))
+        row = record_row(_as_row(summary))
         row.update({"fault": f, "repeat": rep, "spec_hash": spec_hash(spec),
                     "spec_json": json.dumps(asdict(spec), sort_keys=True),
                     "run_wall_s": run_wall, "results_version": RESULTS_VERSION})
         rows.append(row)
         if on_run:
             on_run(row)
-    table = pd.DataFrame(rows)
-    table.to_parquet(sweep_dir / "results.parquet", index=False)
-    table.to_csv(sweep_dir / "results.csv", index=False)
-    sessions = before + [{"started": when["started"], "wall_s": time.monotonic() - t0,
-                          "ended": "complete"}]
-    wall_s = sum(x["wall_s"] for x in sessions)
-    (sweep_dir / "sweep.json").write_text(json.dumps(
-        {"results_version": RESULTS_VERSION, "config": asdict(cfg), "complete": True,
-         "scripts": [{"workload": label, "script": sc.path, "args": sc.args}
-                     for label, sc in scripts.items()], "wall_s": wall_s,
-         "sessions": sessions,
-         "runs": len(rows), "references": len(refs), "code_version": code_version(),
-         "machine": machine_fingerprint(), "created": when["created"]}, indent=2))
-    return SweepResult(table, sweep_dir, wall_s, sessions[-1]["wall_s"])
+        if late:
+            raise _Late  # this run is finished (its row kept); the sweep stops here
 
 
 def check_resume_target(sweep_dir: Path, overwrite: bool) -> None:
@@ -513,6 +659,16 @@ def _record_interrupted(sweep_dir: Path, sessions: list[dict]) -> None:
 RESUME_FREE = ("timeout_s",)
 """Config fields a ``--resume`` may change: they bound a launch, not what it records."""
 
+OPTION_OF = {"workloads": "--workloads", "scripts": "--script/--script-args",
+             "strategies": "--strategies", "faults": "--faults", "seeds": "--seeds",
+             "repeats": "--repeats", "steps": "--steps", "fault_step": "--fault-step",
+             "fault_rank": "--fault-rank", "nproc": "--nproc", "backend": "--backend",
+             "batch_size": "--batch-size", "sizes": "--sizes", "mtbf_s": "--mtbf",
+             "fault_mtbf_steps": "--fault-mtbf-steps", "fault_count": "--fault-count",
+             "fault_start_step": "--fault-step"}
+"""The ``jitbench sweep`` option of each config field (a refused ``--resume`` names
+the option; ``fault_start_step`` is ``--fault-step`` with ``--fault-mtbf-steps``)."""
+
 
 def check_resume(cfg: SweepConfig, sweep_dir: Path) -> None:
     """Refuse to resume ``sweep_dir`` with a matrix or settings other than those its
@@ -520,7 +676,9 @@ def check_resume(cfg: SweepConfig, sweep_dir: Path) -> None:
     cell that ``cfg`` does not run: the resumed sweep would record another
     experiment under the same name, and its table would drop the rows of the cells
     it no longer has. A field missing from an older ``sweep.json`` is compared with
-    its default; :data:`RESUME_FREE` fields may differ.
+    its default; :data:`RESUME_FREE` fields may differ, and the requested matrix's
+    :meth:`SweepConfig.unused_fields` are not compared. A field that differs is named
+    by its option (:data:`OPTION_OF`).
 
     Args:
         cfg: the requested matrix.
@@ -545,12 +703,14 @@ def check_resume(cfg: SweepConfig, sweep_dir: Path) -> None:
     requested = json.loads(json.dumps(asdict(cfg), default=str))
     defaults = json.loads(json.dumps(asdict(SweepConfig()), default=str))
     diffs = []
+    unused = cfg.unused_fields()  # (an older sweep.json records them too: not compared)
     for f in dataclasses.fields(SweepConfig):
-        if f.name in RESUME_FREE:
+        if f.name in RESUME_FREE or f.name in unused:
             continue
         was = config.get(f.name, defaults[f.name])
         if was != requested[f.name]:
-            diffs.append(f"{f.name} {json.dumps(was)} -> {json.dumps(requested[f.name])}")
+            diffs.append(f"{OPTION_OF.get(f.name, f.name)} {json.dumps(was)} -> "
+                         f"{json.dumps(requested[f.name])}")
     if diffs:
         raise SpecError(f"--resume: {sweep_dir} was recorded with another matrix ("
                         + "; ".join(diffs) + "): resume with its options, or start a new "
@@ -595,10 +755,11 @@ def _whole(v) -> str:
 
 
 def _finished(run_dir: Path) -> bool:
-    """``run_dir`` holds the summary of a run that was not interrupted (``--resume``
-    keeps it); an unreadable summary counts as not finished."""
+    """``run_dir`` holds the summary of a run that no Ctrl-C or SIGTERM stopped
+    (``--resume`` keeps it; a ``late_interrupt`` stopped nothing: finished); an
+    unreadable summary counts as not finished."""
     try:
-        return not json.loads((run_dir / "summary.json").read_text()).get("interrupted")
+        return not _stopped(json.loads((run_dir / "summary.json").read_text()))
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -613,8 +774,8 @@ def _check_script_reference(label: str, ref_dir: Path) -> None:
         RunFailedError: it did not complete (exit 3); the line says why and where to look.
     """
     try:
-        summary = json.loads((ref_dir / "summary.json").read_text())
-    except (OSError, ValueError):
+        summary = _as_row(json.loads((ref_dir / "summary.json").read_text()))
+    except (OSError, ValueError, AttributeError):
         summary = {}
     status, why = verdict(summary) if summary else (ExitStatus.RUN_FAILED, "no summary")
     if status == ExitStatus.OK:

@@ -93,7 +93,7 @@ def test_a_short_overhead_run_records_no_verdict(tmp_path, monkeypatch):
     from jitbench.workloads import WorkloadConfig
 
     class Res:
-        interrupted, returncode, wall_s = False, 0, 1.0
+        interrupted, late_interrupt, returncode, wall_s = False, False, 0, 1.0
 
     monkeypatch.setattr(run_mod, "execute", lambda *a, **k: Res())
     cfg = OverheadConfig(strategies=["jit"], repeats=2)

@@ -81,7 +81,7 @@ def test_resume_with_another_start_step_is_refused(launched, tmp_path):  # noqa:
     for other in (_cfg(fault_start_step=5), _cfg()):
         with pytest.raises(SpecError) as e:
             sweep_mod.run_sweep(other, out, resume=True)
-        assert "another matrix" in str(e.value) and "fault_start_step 12 -> " in str(e.value)
+        assert "another matrix" in str(e.value) and "(--fault-step 12 -> " in str(e.value)
     assert launched == [] and (out / "sweep.json").read_text() == recorded
     sweep_mod.run_sweep(_cfg(fault_start_step=12), out, resume=True)  # its own: resumed
 
@@ -95,7 +95,7 @@ def test_a_sweep_recorded_before_the_start_step_resumes_from_step_1(launched, tm
     del doc["config"]["fault_start_step"]
     (out / "sweep.json").write_text(json.dumps(doc))
     sweep_mod.run_sweep(_cfg(), out, resume=True)
-    with pytest.raises(SpecError, match="fault_start_step 1 -> 4"):
+    with pytest.raises(SpecError, match=r"\(--fault-step 1 -> 4\)"):
         sweep_mod.run_sweep(_cfg(fault_start_step=4), out, resume=True)
 
 
@@ -154,3 +154,60 @@ def test_mtbf_that_no_strategy_reads_is_refused(jb, tmp_path):
 def test_a_start_step_without_a_draw_is_refused():
     with pytest.raises(InputError, match="applies to --fault-mtbf-steps"):
         _cfg(fault_mtbf_steps=None, fault_start_step=5).validate()
+
+
+@pytest.mark.parametrize("args, line", [
+    (("--strategies", "jit,jit"), "--strategies gives jit twice"),
+    (("--faults", "kill,term,kill"), "--faults gives kill twice"),
+    (("--seeds", "0,1,0"), "--seeds gives 0 twice"),
+    (("--seeds", "0,00"), "--seeds gives 0 twice"),
+    (("--workloads", "gpt,gpt"), "--workloads gives gpt twice"),
+    (("--sizes", "gpt=tiny,gpt=tiny"), "--sizes gives a size of gpt twice (tiny, tiny)"),
+])
+def test_a_duplicate_matrix_entry_is_refused(jb, tmp_path, args, line):
+    """The same cell twice would run twice into one run directory (two rows, one
+    run_dir): one line naming the option and the value, exit 2, nothing made."""
+    base = {"--workloads": "gpt", "--strategies": "jit", "--faults": "kill"}
+    for k, v in zip(args[::2], args[1::2], strict=True):
+        base[k] = v
+    code, err = jb("sweep", *[x for kv in base.items() for x in kv], "--steps", "24",
+                   "--out", str(tmp_path / "sw"))
+    assert code == 2, err
+    assert one_line(err).startswith(f"error: {line}"), err
+    assert not (tmp_path / "sw").exists()
+
+
+def test_a_duplicate_script_is_refused():
+    from jitbench.harness.sweep import SweepScript
+
+    sc = SweepScript("/x/train.py", ["--lr", "1"])
+    cfg = SweepConfig(workloads=[], scripts=[sc, SweepScript("/x/train.py", ["--lr", "1"])],
+                      strategies=["own"], faults=["kill"])
+    with pytest.raises(SpecError, match=r"^--script gives /x/train.py --lr 1 twice"):
+        cfg.validate()
+
+
+@pytest.mark.parametrize("opts", [
+    {"mtbf_steps": 3.0},
+    {"mtbf_steps": 2.0, "step": 6, "count": 3},
+])
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_a_sweep_cell_plans_the_faults_run_plans(opts, nproc):
+    """run --fault-mtbf-steps without --fault-rank draws every fault's rank from the
+    world size exactly as a sweep cell does (one helper): the same options and seed
+    give the same plan; --fault-rank pins the rank."""
+    from jitbench.faults.schedule import plan_from_options
+
+    for seed in range(4):
+        cfg = _cfg(nproc=nproc, seeds=[seed], fault_mtbf_steps=opts["mtbf_steps"],
+                   fault_count=opts.get("count"), fault_start_step=opts.get("step", 1))
+        cell = cfg.spec("gpt", "jit", "kill", seed).faults
+        planned = plan_from_options("kill", None, opts.get("step"), 24, nproc, seed,
+                                    mtbf_steps=opts["mtbf_steps"], count=opts.get("count"))
+        assert [(f.kind, f.rank, f.step) for f in planned] == \
+            [(f.kind, f.rank, f.step) for f in cell]
+    many = [f.rank for seed in range(8) for f in plan_from_options(
+        "kill", None, None, 24, 4, seed, mtbf_steps=3.0)]
+    assert set(many) == {0, 1, 2, 3}  # no longer every fault on rank 1
+    pinned = plan_from_options("kill", 2, None, 24, 4, 0, mtbf_steps=3.0)
+    assert {f.rank for f in pinned} == {2}

@@ -26,7 +26,8 @@ class _Out:
 @pytest.fixture
 def launched(monkeypatch):
     """The faults of the launches (``reference`` for a reference), in order; a launch
-    of the fault in ``launched.stop`` is interrupted."""
+    of the fault in ``run.stop`` is interrupted, one of the fault in ``run.late`` ends
+    by itself with a Ctrl-C after it (``late_interrupt``)."""
     from jitbench.harness import run as run_mod
 
     calls: list[str] = []
@@ -39,12 +40,15 @@ def launched(monkeypatch):
         s = {"faults": [], "completed": True, "state_equal": True, "replay_ok": True,
              "strategy": spec.strategy,
              "workload": spec.workload.name, "seed": spec.workload.seed,
-             "interrupted": fault == getattr(fake_run, "stop", None)}
+             "interrupted": fault in (getattr(fake_run, "stop", None),
+                                      getattr(fake_run, "late", None)),
+             "late_interrupt": fault == getattr(fake_run, "late", None)}
         (run_dir / "summary.json").write_text(json.dumps(s))
         return _Out(s)
 
     monkeypatch.setattr(run_mod, "run", fake_run)
-    return calls
+    yield calls
+    fake_run.stop = fake_run.late = None
 
 
 def _cfg(**kw) -> SweepConfig:
@@ -54,12 +58,12 @@ def _cfg(**kw) -> SweepConfig:
 
 
 @pytest.mark.parametrize("kw, needle", [
-    ({"sizes": {"gpt": "tiny"}}, 'sizes {} -> {"gpt": "tiny"}'),
-    ({"seeds": [0, 1]}, "seeds [0] -> [0, 1]"),
-    ({"faults": ["kill"]}, 'faults ["kill", "term"] -> ["kill"]'),
-    ({"strategies": ["jit", "none"]}, 'strategies ["jit"] -> ["jit", "none"]'),
-    ({"workloads": ["resnet"]}, 'workloads ["gpt"] -> ["resnet"]'),
-    ({"repeats": 2, "steps": 6}, "repeats 1 -> 2; steps 4 -> 6"),
+    ({"sizes": {"gpt": "tiny"}}, '(--sizes {} -> {"gpt": "tiny"})'),
+    ({"seeds": [0, 1]}, "(--seeds [0] -> [0, 1])"),
+    ({"faults": ["kill"]}, '(--faults ["kill", "term"] -> ["kill"])'),
+    ({"strategies": ["jit", "none"]}, '(--strategies ["jit"] -> ["jit", "none"])'),
+    ({"workloads": ["resnet"]}, '(--workloads ["gpt"] -> ["resnet"])'),
+    ({"repeats": 2, "steps": 6}, "(--repeats 1 -> 2; --steps 4 -> 6)"),
 ])
 def test_resume_refuses_another_matrix(launched, tmp_path, kw, needle):
     out = tmp_path / "sw"
@@ -86,7 +90,7 @@ def test_resume_of_an_interrupted_sweep_checks_its_recorded_config(launched, tmp
     with pytest.raises(KeyboardInterrupt):
         sweep_mod.run_sweep(_cfg(), out)
     run_mod.run.stop = None
-    with pytest.raises(SpecError, match="fault_step 2 -> 3"):
+    with pytest.raises(SpecError, match=r"\(--fault-step 2 -> 3\)"):
         sweep_mod.run_sweep(_cfg(fault_step=3), out, resume=True)
     launched.clear()
     res = sweep_mod.run_sweep(_cfg(timeout_s=1200.0), out, resume=True)
@@ -126,7 +130,7 @@ def test_resume_with_another_matrix_is_one_line_exit_2(jb, launched, tmp_path):
     code, err = jb(*args, "--resume", "--seeds", "0,1", "--sizes", "gpt=tiny")
     assert code == ExitStatus.INPUT
     line = one_line(err)
-    assert "seeds [0] -> [0, 1]" in line and 'sizes {} -> {"gpt": "tiny"}' in line, line
+    assert "--seeds [0] -> [0, 1]" in line and '--sizes {} -> {"gpt": "tiny"}' in line, line
     assert len(pd.read_csv(out / "results.csv")) == 1
     code, _ = jb(*args, "--resume")
     assert code == 0
@@ -188,7 +192,7 @@ def test_resume_keeps_created_and_adds_each_session_s_wall_time(launched, tmp_pa
                                                                  monkeypatch):
     """An interrupted session's wall time is recorded, a resume adds its own (the
     total is ``wall_s``, each session an entry of ``sessions``), resuming a complete
-    sweep loses none of it, and ``created`` stays the first session's."""
+    sweep runs nothing and adds no session, and ``created`` stays the first session's."""
     from jitbench.harness import run as run_mod
 
     monkeypatch.setattr(sweep_mod, "time", _Clock())
@@ -209,20 +213,25 @@ def test_resume_keeps_created_and_adds_each_session_s_wall_time(launched, tmp_pa
     assert res.wall_s == pytest.approx(rec["wall_s"]) and res.wall_s > first_wall
     assert res.session_wall_s == pytest.approx(rec["sessions"][1]["wall_s"])
     total = rec["wall_s"]
+    before = (out / "sweep.json").read_text()
+    launched.clear()
     res = sweep_mod.run_sweep(_cfg(), out, resume=True)  # already complete: nothing to run
-    rec = json.loads((out / "sweep.json").read_text())
-    assert rec["created"] == created and len(rec["sessions"]) == 3
-    assert rec["wall_s"] > total and res.wall_s == pytest.approx(rec["wall_s"])
+    assert res.already_complete and launched == [] and res.session_wall_s == 0.0
+    assert (out / "sweep.json").read_text() == before  # no 0 s session
+    assert res.wall_s == pytest.approx(total) and list(res.table["fault"]) == ["kill", "term"]
 
 
 def test_resume_of_an_older_sweep_json_keeps_its_wall_time(launched, tmp_path):
     """A ``sweep.json`` written before sessions were recorded (``wall_s`` 32.9 and
-    ``created`` only) counts as one complete session of that time."""
+    ``created`` only) counts as one complete session of that time; it records both
+    fault_step and fault_start_step, and neither field the matrix leaves unused is
+    compared."""
     out = tmp_path / "sw"
     sweep_mod.run_sweep(_cfg(), out)
     rec = json.loads((out / "sweep.json").read_text())
     del rec["sessions"]
-    rec.update({"wall_s": 32.9, "created": "2026-01-02T03:04:05+0000"})
+    rec.update({"wall_s": 32.9, "created": "2026-01-02T03:04:05+0000", "complete": False})
+    rec["config"].update({"fault_start_step": 7, "fault_count": None})
     (out / "sweep.json").write_text(json.dumps(rec))
     res = sweep_mod.run_sweep(_cfg(), out, resume=True)
     rec = json.loads((out / "sweep.json").read_text())
@@ -230,3 +239,119 @@ def test_resume_of_an_older_sweep_json_keeps_its_wall_time(launched, tmp_path):
     assert rec["sessions"][0] == {"started": "2026-01-02T03:04:05+0000", "wall_s": 32.9,
                                   "ended": "complete"}
     assert res.wall_s >= 32.9 and rec["wall_s"] == pytest.approx(res.wall_s)
+
+
+def test_resume_of_a_complete_sweep_says_so_and_adds_no_session(jb, launched, tmp_path):
+    out = tmp_path / "sw"
+    args = ("sweep", "--workloads", "gpt", "--strategies", "jit", "--faults", "kill",
+            "--steps", "4", "--fault-step", "2", "--out", str(out))
+    assert jb(*args)[0] == 0
+    before = _listing(out)
+    launched.clear()
+    code, err = jb(*args, "--resume")
+    assert code == 0, err
+    assert one_line(err) == f"sweep already complete in {out} (1 runs); nothing to resume"
+    assert launched == [] and _listing(out) == before
+    # another matrix is still refused, complete or not
+    code, err = jb(*args, "--resume", "--seeds", "0,1")
+    assert code == ExitStatus.INPUT and "(--seeds [0] -> [0, 1])" in one_line(err), err
+
+
+def test_resume_names_options_and_only_the_fields_the_matrix_uses(launched, tmp_path):
+    """A Poisson sweep records no fault_step or fault_rank, a single-fault one no
+    fault_start_step or fault_count; a refusal names the options (--fault-step)."""
+    out = tmp_path / "one"
+    sweep_mod.run_sweep(_cfg(), out)
+    config = json.loads((out / "sweep.json").read_text())["config"]
+    assert "fault_start_step" not in config and "fault_count" not in config
+    assert config["fault_step"] == 2 and config["fault_rank"] == 1
+    out = tmp_path / "poisson"
+    poisson = _cfg(fault_mtbf_steps=2.0, steps=12, fault_step=14, fault_start_step=4)
+    sweep_mod.run_sweep(poisson, out)
+    config = json.loads((out / "sweep.json").read_text())["config"]
+    assert "fault_step" not in config and "fault_rank" not in config
+    assert config["fault_start_step"] == 4
+    with pytest.raises(SpecError) as e:
+        sweep_mod.run_sweep(_cfg(fault_mtbf_steps=2.0, steps=12, fault_start_step=1), out,
+                            resume=True)
+    msg = str(e.value)
+    assert "(--fault-step 4 -> 1)" in msg and "fault_step" not in msg, msg
+
+
+@pytest.mark.parametrize("kind", ["stop", "late"])
+def test_an_interrupted_sweep_writes_the_table_of_its_finished_cells(launched, tmp_path,
+                                                                      kind):
+    """Ctrl-C in the second of three cells: the first cell's row is written (results.csv
+    and .parquet, which report and gate read) and sweep.json says complete false, 1 (or,
+    after a late Ctrl-C, 2) of 3 cells. A late Ctrl-C stopped nothing: its cell is kept
+    and not rerun. --resume runs the rest and rewrites the table whole."""
+    from jitbench.harness import run as run_mod
+    from jitbench.records import load_results
+
+    out = tmp_path / "sw"
+    cfg = _cfg(faults=["kill", "term", "exit"])
+    setattr(run_mod.run, kind, "term")
+    with pytest.raises(sweep_mod.SweepInterrupted) as e:
+        sweep_mod.run_sweep(cfg, out)
+    setattr(run_mod.run, kind, None)
+    done = 2 if kind == "late" else 1
+    assert (e.value.done, e.value.total, e.value.late) == (done, 3, kind == "late")
+    assert launched == ["reference", "kill", "term"]  # the sweep stopped there
+    rec = json.loads((out / "sweep.json").read_text())
+    assert rec["complete"] is False and (rec["runs"], rec["cells"]) == (done, 3)
+    t = load_results(out, require=("workload", "strategy", "fault", "spec_hash"))
+    assert list(t["fault"]) == ["kill", "term"][:done]
+    assert list(pd.read_parquet(out / "results.parquet")["fault"]) == list(t["fault"])
+    if kind == "late":  # the row of a finished cell is judged as any finished run
+        assert not t["interrupted"].iloc[1] and t["late_interrupt"].iloc[1]
+    launched.clear()
+    res = sweep_mod.run_sweep(cfg, out, resume=True)
+    assert launched == (["exit"] if kind == "late" else ["term", "exit"])
+    assert list(res.table["fault"]) == ["kill", "term", "exit"]
+    assert list(pd.read_csv(out / "results.csv")["fault"]) == ["kill", "term", "exit"]
+    rec = json.loads((out / "sweep.json").read_text())
+    assert rec["complete"] is True and (rec["runs"], rec["cells"]) == (3, 3)
+
+
+def test_a_late_ctrl_c_after_the_reference_keeps_it(launched, tmp_path):
+    from jitbench.harness import run as run_mod
+
+    out = tmp_path / "sw"
+    run_mod.run.late = "reference"
+    with pytest.raises(sweep_mod.SweepInterrupted) as e:
+        sweep_mod.run_sweep(_cfg(), out)
+    run_mod.run.late = None
+    assert (e.value.done, e.value.late) == (0, True) and launched == ["reference"]
+    assert not (out / "results.csv").exists()
+    launched.clear()
+    sweep_mod.run_sweep(_cfg(), out, resume=True)
+    assert launched == ["kill", "term"]  # the reference was kept
+
+
+def test_the_cli_line_of_an_interrupted_sweep(jb, launched, tmp_path):
+    """One line with the cells done and where their results are; report-style reading of
+    a sweep interrupted before any cell finished says so rather than naming a column."""
+    from jitbench.errors import InputError
+    from jitbench.harness import run as run_mod
+    from jitbench.records import load_results
+
+    out = tmp_path / "sw"
+    args = ("sweep", "--workloads", "gpt", "--strategies", "jit", "--faults", "kill,term",
+            "--steps", "4", "--fault-step", "2", "--out", str(out))
+    run_mod.run.late = "kill"
+    code, err = jb(*args)
+    assert code == ExitStatus.INTERRUPTED, err
+    assert err.strip().splitlines()[-1] == (
+        "interrupted once its last launch had ended (that run is finished and kept): sweep "
+        f"stopped after 1 of 2 cells; their results are in {out / 'results.csv'} "
+        "(sweep.json: complete false); --resume runs the rest"), err
+    run_mod.run.late = None
+    out2 = tmp_path / "sw2"
+    run_mod.run.stop = "kill"
+    code, err = jb(*args[:-1], str(out2))
+    assert code == ExitStatus.INTERRUPTED, err
+    assert err.strip().splitlines()[-1].startswith(
+        "interrupted: sweep stopped after 0 of 2 cells; no results table yet"), err
+    with pytest.raises(InputError, match=r"sweep interrupted after 0 of 2 cells; --resume "
+                                         r"runs the rest"):
+        load_results(out2)

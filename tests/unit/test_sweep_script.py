@@ -241,6 +241,8 @@ def test_an_interrupted_run_stops_the_sweep_and_resume_runs_it_again(jb, tmp_pat
     assert list(res.table["fault"]) == ["nccl-hang", "kill", "term"]
     ref = next((out / "refs").iterdir()) / "summary.json"
     ref.write_text(json.dumps({**json.loads(ref.read_text()), "interrupted": True}))
+    rec = json.loads((out / "sweep.json").read_text())  # as an interrupted sweep left it
+    (out / "sweep.json").write_text(json.dumps({**rec, "complete": False}))
     launched.clear()
     sweep_mod.run_sweep(cfg, out, resume=True)
     assert launched == ["reference"]
@@ -249,5 +251,5 @@ def test_an_interrupted_run_stops_the_sweep_and_resume_runs_it_again(jb, tmp_pat
                    "--steps", "4", "--fault-step", "2", "--out", str(tmp_path / "cli"))
     assert code == ExitStatus.INTERRUPTED
     assert err.strip().splitlines()[-1].startswith(
-        f"interrupted; records kept in {tmp_path / 'cli'}")
+        "interrupted: sweep stopped after 0 of 1 cells; no results table yet")
     assert "VIOLATION" not in err  # the interrupted cell is no row
