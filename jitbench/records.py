@@ -464,7 +464,10 @@ def _check_unfinished_sweep(d: Path, shown: str) -> None:
     except (OSError, UnicodeDecodeError, ValueError):
         return
     if isinstance(rec, dict) and rec.get("complete") is False:
-        runs, cells = rec.get("runs", 0), rec.get("cells")
+        runs, cells = rec.get("runs"), rec.get("cells")
+        if not isinstance(runs, int):  # written before interrupted sweeps kept a table
+            raise InputError(f"{shown}: sweep interrupted before its results table was "
+                             "written; --resume runs the rest and writes it")
         of = f" of {cells}" if isinstance(cells, int) else ""
         raise InputError(f"{shown}: sweep interrupted after {runs}{of} cells; --resume runs "
                          "the rest (no results table yet)")

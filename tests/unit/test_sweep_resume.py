@@ -355,3 +355,19 @@ def test_the_cli_line_of_an_interrupted_sweep(jb, launched, tmp_path):
     with pytest.raises(InputError, match=r"sweep interrupted after 0 of 2 cells; --resume "
                                          r"runs the rest"):
         load_results(out2)
+
+
+def test_a_sweep_interrupted_before_tables_were_kept_is_named_as_such(tmp_path):
+    """An interrupted sweep.json written before interrupted sweeps kept their table
+    (complete false, no runs count), its runs' records below it: reading it says the
+    sweep was interrupted, not that a column is missing."""
+    from jitbench.errors import InputError
+    from jitbench.records import load_results
+
+    out = tmp_path / "sw"
+    (out / "refs" / "gpt-s0").mkdir(parents=True)
+    (out / "refs" / "gpt-s0" / "records.csv").write_text("workload,strategy\ngpt,none\n")
+    (out / "sweep.json").write_text(json.dumps({"complete": False, "config": {}}))
+    with pytest.raises(InputError, match=r"sweep interrupted before its results table was "
+                                         r"written; --resume runs the rest and writes it"):
+        load_results(out)
