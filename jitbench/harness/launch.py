@@ -18,7 +18,10 @@ progress callback. Ctrl-C or SIGTERM to the harness is a flag the poll loop read
 as SIGTERM (it stops every worker, which save a JIT checkpoint on the way out;
 ``interrupted``), and what was recorded stays on disk; one that arrives once the
 agent has exited by itself stops nothing (``late_interrupt``: the launch's records
-are whole). Further signals during a stop are recorded, never raised.
+are whole), nor does one that arrives once every rank has finished training and
+exited 0 while the agent is still shutting down (:func:`training_finished`: the
+agent gets :data:`FINISHED_GRACE_S` to exit by itself). Further signals during a
+stop are recorded, never raised.
 
 No process outlives a launch: the agent is started with
 ``prctl(PR_SET_PDEATHSIG, SIGTERM)`` (it stops its workers if the harness
@@ -57,7 +60,9 @@ class LaunchResult:
     """How the agent ended."""
 
     returncode: int
-    """The agent's exit status (0: every worker of the last attempt succeeded)."""
+    """The agent's exit status (0: every worker of the last attempt succeeded; also 0
+    for an agent the harness stopped after :data:`FINISHED_GRACE_S` once a late
+    interrupt found every rank finished, :func:`training_finished`)."""
     wall_s: float
     """Wall time of the agent process (s)."""
     interrupted: bool = False
@@ -69,9 +74,11 @@ class LaunchResult:
     """A worker reported what no restart fixes (a launched script's own error, a script
     that is not a training script) and the harness stopped the agent."""
     late_interrupt: bool = False
-    """Ctrl-C or SIGTERM arrived once the agent had exited by itself (while the harness
-    reaped it, or read its last progress): nothing was stopped, the launch is whole and
-    not ``interrupted``; the caller stops after recording it."""
+    """Ctrl-C or SIGTERM arrived once the launch's training had ended by itself: the
+    agent had exited (the harness was reaping it, or reading its last progress), or
+    every rank had finished and exited 0 while the agent shut down
+    (:func:`training_finished`). Nothing was stopped mid-training, the launch is whole
+    and not ``interrupted``; the caller stops after recording it."""
 
 
 FT_LAUNCHER = "nvidia_resiliency_ext.fault_tolerance.launcher"
@@ -364,12 +371,19 @@ def launch_agent(cmd: list[str], run_dir: Path, env_extra: dict[str, str] | None
     Ctrl-C and SIGTERM are read from :func:`interrupts` (the caller's scope, else one
     of its own): one recorded while the agent runs, or before it started in the same
     scope, stops the agent (``interrupted``, :func:`mark_stop`); one that arrives once
-    the agent has exited by itself stops nothing (``late_interrupt``).
+    the agent has exited by itself stops nothing (``late_interrupt``). Nor does one
+    that finds the training finished (:func:`training_finished`: every rank's
+    ``done`` and ``exit`` 0) while the agent is still shutting down (it takes 1-3 s
+    after its workers exit): the agent gets :data:`FINISHED_GRACE_S` to exit by itself
+    (timeouts and ``stop`` no longer apply), else it is stopped with no stop mark and
+    the launch still counts as exit 0 (its workers all succeeded); ``late_interrupt``
+    either way.
     """
     log_path = run_dir / "agent.log"
     env = {**os.environ, **(env_extra or {}), "PYTHONUNBUFFERED": "1"}
     t0 = time.monotonic()
-    interrupted = timed_out = stopped = False
+    interrupted = timed_out = stopped = forced = False
+    finished_at: float | None = None  # when a signal found the training finished
     with interrupts() as sigs, open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True,
@@ -378,11 +392,24 @@ def launch_agent(cmd: list[str], run_dir: Path, env_extra: dict[str, str] | None
         state: dict = {"step": 0, "attempt": 0}
         try:
             while proc.poll() is None:  # once it has exited, a signal stops nothing
-                if sigs.count:  # Ctrl-C or SIGTERM while the agent runs
-                    interrupted = True
-                    mark_stop(run_dir, "interrupt")
-                    stop_agent(proc, run_dir)
-                    break
+                if sigs.count and finished_at is None:  # Ctrl-C or SIGTERM while it runs
+                    if not training_finished(run_dir):
+                        interrupted = True
+                        mark_stop(run_dir, "interrupt")
+                        stop_agent(proc, run_dir)
+                        break
+                    finished_at = time.monotonic()  # the agent is only shutting down
+                if finished_at is not None:
+                    if time.monotonic() - finished_at > FINISHED_GRACE_S:
+                        forced = True
+                        log.write(f"[jitbench] every rank had finished, but the agent did "
+                                  f"not exit within {FINISHED_GRACE_S:g} s of Ctrl-C or "
+                                  f"SIGTERM: stopped\n".encode())
+                        log.flush()
+                        stop_agent(proc, run_dir)
+                        break
+                    poll_turn(run_dir, progress, offsets, state)
+                    continue
                 poll_turn(run_dir, progress, offsets, state)
                 if timeout_s is not None and time.monotonic() - t0 > timeout_s:
                     timed_out = True
@@ -394,20 +421,53 @@ def launch_agent(cmd: list[str], run_dir: Path, env_extra: dict[str, str] | None
                     stop_agent(proc, run_dir)
                     break
         except KeyboardInterrupt:  # raised by a callback: stop as on Ctrl-C
-            interrupted = True
-            mark_stop(run_dir, "interrupt")
+            interrupted = finished_at is None
+            if interrupted:
+                mark_stop(run_dir, "interrupt")
             stop_agent(proc, run_dir)
         finally:
             if proc.poll() is None:  # an error in the loop itself: never leave it running
-                if sigs.count:
+                if sigs.count and finished_at is None:
                     interrupted = True
                     mark_stop(run_dir, "interrupt")
                 stop_agent(proc, run_dir)
             reap(run_dir, proc.pid)
         poll_turn(run_dir, progress, offsets, state, 0.0)  # the last of it
         late = bool(sigs.count) and not interrupted
-    return LaunchResult(proc.wait(), time.monotonic() - t0, interrupted, log_path, timed_out,
-                        stopped, late)
+    code = proc.wait()
+    return LaunchResult(0 if forced else code, time.monotonic() - t0, interrupted, log_path,
+                        timed_out, stopped, late)
+
+
+FINISHED_GRACE_S = 30.0
+"""How long (s) :func:`launch_agent` lets an agent whose ranks have all finished
+(:func:`training_finished`) shut down by itself after Ctrl-C or SIGTERM before it
+stops it (without a stop mark: the training was complete)."""
+
+
+def training_finished(run_dir: Path) -> bool:
+    """Whether every rank of the launch in ``run_dir`` has finished training: in the
+    newest attempt of its event files, each rank of the world (the ``world_size`` of
+    its ``process`` events) recorded ``done`` and ``exit`` with code 0, what the
+    workers write last (rank 0 has written ``final/state.pt`` by then). False with no
+    events or no ``process`` event to size the world."""
+    from jitbench.runtime.events import read_events
+
+    d = Path(run_dir) / "events"
+    if not d.is_dir():
+        return False
+    evs = read_events(d)
+    if not evs:
+        return False
+    last = max(e["attempt"] for e in evs)
+    evs = [e for e in evs if e["attempt"] == last]
+    world = max((e.get("world_size") or 0 for e in evs if e["event"] == "process"), default=0)
+    if not world:
+        return False
+    done = {e["rank"] for e in evs if e["event"] == "done"}
+    exited = {e["rank"] for e in evs if e["event"] == "exit" and e.get("code") == 0
+              and e["rank"] in done}
+    return exited >= set(range(world))
 
 
 STOP_FILE = "harness_stop.json"

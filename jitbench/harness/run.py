@@ -361,13 +361,15 @@ def recovery_means(m: metrics.RunMetrics, world_size: int) -> dict:
     return out
 
 
-def reference_cut_short(ref: LaunchResult | None,
-                        timeout_s: float | None = None) -> str | None:
+def reference_cut_short(ref: LaunchResult | None, timeout_s: float | None = None,
+                        ref_dir: Path | None = None) -> str | None:
     """Why the fault-free reference launch did not run to its end (one phrase), or
     None when it did (or there is none): interrupted (Ctrl-C or SIGTERM), stopped by
     ``--timeout-s`` (``timeout_s``, s: named as given, as :func:`end_reason` names
-    it), or failed. A reference cut short has no final state to compare (a partial
-    one is never compared)."""
+    it), failed, or stopped by the harness as its directory (``ref_dir``) records
+    (:data:`~jitbench.harness.launch.STOP_FILE`: a reference given by directory). A
+    reference cut short has no final state to compare (a partial one is never
+    compared, even when a ``final/state.pt`` is there)."""
     if ref is None:
         return None
     if ref.interrupted:
@@ -376,7 +378,82 @@ def reference_cut_short(ref: LaunchResult | None,
         return f"stopped by the harness: {timeout_limit(ref, timeout_s)}"
     if ref.returncode != 0:
         return f"stopped by a failure (agent exit {ref.returncode})"
+    stop = phases.harness_stop(ref_dir) if ref_dir is not None else None
+    if stop is not None:
+        return ("interrupted (Ctrl-C or SIGTERM)" if stop.get("why") == "interrupt"
+                else "stopped by the harness: the launch ran past its timeout")
     return None
+
+
+def launch_events(run_dir: Path, world_size: int,
+                  per_replica: bool = False) -> tuple[dict | None, list[dict], pd.DataFrame]:
+    """A finished launch's harness stop (:func:`jitbench.phases.harness_stop`), its
+    events less the failures the stop declared (:func:`jitbench.phases.without_stop_failures`)
+    and their phase table, written into ``run_dir`` (``run`` and ``launch`` summaries)."""
+    stop = phases.harness_stop(run_dir)
+    evs = phases.without_stop_failures(phases.read_events(run_dir), stop)
+    table = phases.derive(evs, world_size, per_replica)
+    phases.write(run_dir, table)
+    return stop, evs, table
+
+
+def launch_keys(res: LaunchResult, stop: dict | None, timeout_s: float | None) -> dict:
+    """The summary keys of how a launch ended (``run`` and ``launch`` summaries):
+    ``agent_exit``, ``interrupted``, ``late_interrupt``, ``wall_s``, ``timeout_s`` and
+    ``harness_stopped`` (``stop``: :func:`jitbench.phases.harness_stop`)."""
+    return {"agent_exit": res.returncode,
+            "interrupted": res.interrupted or res.late_interrupt,
+            "late_interrupt": res.late_interrupt and not res.interrupted,
+            "wall_s": res.wall_s, "timeout_s": timeout_s,
+            "harness_stopped": bool(stop is not None or res.timed_out or res.interrupted)}
+
+
+def replay_keys(strategy: str, fails: list, evs: list[dict], completed: bool,
+                per_replica: bool = False) -> dict:
+    """``expected_replayed_steps`` (None: failures, none with a replay due: each was
+    stopped by the harness unrecovered), ``last_commit_step``, ``replay_ok``
+    (:func:`replay_ok`; :func:`heal_ok` ``per_replica``) and ``replay_promise`` of a
+    launch under ``strategy`` (``run`` and a ``launch`` under ``jit``)."""
+    expected = [f.expected_replayed_steps for f in fails if f.expected_replayed_steps is not None]
+    return {"expected_replayed_steps": sum(expected) if expected or not fails else None,
+            "last_commit_step": fails[-1].last_commit_step if fails else None,
+            "replay_ok": (replay_ok(strategy, fails) if not per_replica
+                          else heal_ok(evs, fails, completed)),
+            "replay_promise": replay_promise(strategy)}
+
+
+def reference_keys(summary: dict, ref: LaunchResult | None, ref_dir: Path,
+                   timeout_s: float | None = None, ref_skipped: bool = False) -> bool:
+    """Set a summary's ``reference_complete`` and ``reference_cut_short``
+    (:func:`reference_cut_short`; :data:`~jitbench.records.REFERENCE_NOT_STARTED` when
+    ``ref_skipped``), name a cut-short reference in the ``end_reason`` of a completed
+    launch, and empty the comparison keys (``state_equal``, ``max_abs_diff``,
+    ``sample_stream_equal``). Returns whether the final states are to be compared: a
+    reference that ran to its end, a launch that completed, both final states there
+    (``run`` and ``launch`` summaries)."""
+    cut = REFERENCE_NOT_STARTED if ref_skipped else reference_cut_short(ref, timeout_s, ref_dir)
+    summary["reference_complete"] = None if ref is None and not ref_skipped else cut is None
+    summary["reference_cut_short"] = cut
+    if cut is not None and summary["completed"]:
+        summary["end_reason"] = f"completed; {reference_not_compared(cut)}"
+    summary["state_equal"] = summary["max_abs_diff"] = summary["sample_stream_equal"] = None
+    run_dir = Path(summary["run_dir"])
+    return bool(ref is not None and cut is None and summary["completed"]
+                and (ref_dir / "final" / "state.pt").exists()
+                and (run_dir / "final" / "state.pt").exists())
+
+
+def reference_figures(summary: dict, m: metrics.RunMetrics, rm: metrics.RunMetrics,
+                      ref: LaunchResult, ref_dir: Path) -> None:
+    """A compared reference's figures in the summary (``reference_loss_last``,
+    ``loss_diff``, ``reference_step_s``, ``reference_wall_s``, ``reference_dir``):
+    ``m`` the launch's metrics, ``rm`` the reference's."""
+    summary["reference_loss_last"] = rm.loss_last
+    summary["loss_diff"] = (m.loss_last - rm.loss_last
+                            if m.loss_last is not None and rm.loss_last is not None else None)
+    summary["reference_step_s"] = rm.step_s
+    summary["reference_wall_s"] = ref.wall_s
+    summary["reference_dir"] = str(ref_dir)
 
 
 def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
@@ -401,10 +478,7 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     the signals that came between and after the launches: :func:`note_interrupts`)."""
     entry = strategies.parse(spec.strategy).entry
     per_replica = entry.launcher == "torchft"
-    stop = phases.harness_stop(run_dir)
-    evs = phases.without_stop_failures(phases.read_events(run_dir), stop)
-    table = phases.derive(evs, spec.world_size, per_replica)
-    phases.write(run_dir, table)
+    stop, evs, table = launch_events(run_dir, spec.world_size, per_replica)
     m = metrics.compute(run_dir, spec.steps, spec.world_size, events=evs, phase_table=table,
                         per_replica=per_replica, ckpt_dir=spec.ckpt_dir or run_dir / "ckpt",
                         strategy=spec.strategy, stop=stop)
@@ -415,21 +489,10 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
                      "faults": [asdict(f) for f in spec.faults],
                      "deterministic_reduce": spec.deterministic_reduce,
                      "parallel": str(parse_parallel(spec.parallel)),
-                     "agent_exit": res.returncode,
-                     "interrupted": res.interrupted or res.late_interrupt,
-                     "late_interrupt": res.late_interrupt and not res.interrupted,
-                     "wall_s": res.wall_s, "timeout_s": timeout_s,
-                     "harness_stopped": bool(stop is not None or res.timed_out
-                                             or res.interrupted)}
+                     **launch_keys(res, stop, timeout_s)}
     fails = m.failures
     summary.update(recovery_means(m, spec.world_size))
-    expected = [f.expected_replayed_steps for f in fails if f.expected_replayed_steps is not None]
-    # None: failures, none with a replay due (each was stopped by the harness unrecovered)
-    summary["expected_replayed_steps"] = sum(expected) if expected or not fails else None
-    summary["last_commit_step"] = fails[-1].last_commit_step if fails else None
-    summary["replay_ok"] = (replay_ok(spec.strategy, fails) if not per_replica
-                            else heal_ok(evs, fails, m.completed))
-    summary["replay_promise"] = replay_promise(spec.strategy)
+    summary.update(replay_keys(spec.strategy, fails, evs, m.completed, per_replica))
     summary["bitwise_promised"] = entry.bitwise
     summary["late_replacements"] = m.late_replacements
     summary["num_failures"] = len(fails)
@@ -466,18 +529,10 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
     summary["unfired"] = [f.id for f in spec.faults if f.id not in fired_ids]
     summary["unfired_faults"] = len(summary["unfired"])
     summary["end_reason"] = end_reason(spec, m, res, timeout_s)
-    cut = REFERENCE_NOT_STARTED if ref_skipped else reference_cut_short(ref, timeout_s)
-    summary["reference_complete"] = None if ref is None and not ref_skipped else cut is None
-    summary["reference_cut_short"] = cut
-    if cut is not None and m.completed:
-        summary["end_reason"] = f"completed; {reference_not_compared(cut)}"
-    summary["state_equal"] = None
-    summary["max_abs_diff"] = None
-    summary["sample_stream_equal"] = None
-    summary["sample_stream_reason"] = None
     ref_dir = ref_dir or run_dir / "reference"
-    if (ref is not None and cut is None and m.completed
-            and (ref_dir / "final" / "state.pt").exists()):
+    compare = reference_keys(summary, ref, ref_dir, timeout_s, ref_skipped)
+    summary["sample_stream_reason"] = None
+    if compare:
         eq, diff = metrics.compare_states(run_dir / "final" / "state.pt",
                                           ref_dir / "final" / "state.pt")
         summary["state_equal"], summary["max_abs_diff"] = eq, diff
@@ -495,13 +550,7 @@ def summarize(spec: RunSpec, run_dir: Path, res: LaunchResult,
             phases.write(ref_dir, ref_table)
         rm = metrics.compute(ref_dir, spec.steps, spec.world_size, events=ref_evs,
                              phase_table=ref_table, per_replica=per_replica)
-        summary["reference_loss_last"] = rm.loss_last
-        summary["loss_diff"] = (m.loss_last - rm.loss_last
-                                if m.loss_last is not None and rm.loss_last is not None
-                                else None)
-        summary["reference_step_s"] = rm.step_s
-        summary["reference_wall_s"] = ref.wall_s
-        summary["reference_dir"] = str(ref_dir)
+        reference_figures(summary, m, rm, ref, ref_dir)
     summary.update(worker_error(run_dir, evs))
     summary["failures"] = [asdict(f) for f in fails]
     summary["decisions"] = decisions(summary, entry)

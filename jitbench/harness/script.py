@@ -49,17 +49,20 @@ from jitbench.harness.run import (
     code_version,
     decisions,
     fired_faults,
+    launch_events,
+    launch_keys,
     machine_fingerprint,
     note_interrupts,
     prepare_dir,
     recovery_means,
-    replay_ok,
-    replay_promise,
+    reference_figures,
+    reference_keys,
+    replay_keys,
     write_records,
 )
 from jitbench.harness.run import end_reason as run_end_reason
 from jitbench.harness.spec import nnodes_range
-from jitbench.records import REFERENCE_NOT_STARTED, SUMMARY_VERSION, reference_not_compared
+from jitbench.records import SUMMARY_VERSION
 from jitbench.runtime import strategies
 from jitbench.runtime.config import RuntimeConfig
 
@@ -382,18 +385,20 @@ def final_step(events: list[dict]) -> int:
     return max(e["step"] for e in done if e["attempt"] == last)
 
 
-def end_reason(spec: ScriptSpec, m: metrics.RunMetrics, res: LaunchResult, err: dict) -> str:
+def end_reason(spec: ScriptSpec, m: metrics.RunMetrics, res: LaunchResult, err: dict,
+               timeout_s: float | None = None) -> str:
     """Why the launch ended, one line: ``completed``, the script's own failure, or what
-    stopped it (:func:`jitbench.harness.run.end_reason`)."""
+    stopped it (:func:`jitbench.harness.run.end_reason`; ``timeout_s`` named as given)."""
     if not m.completed and err["error_kind"] == "script":
         return f"the script failed by itself (no fault fired): {err['error']}"
     if not m.completed and err["error_kind"] == "input":
         return f"not a training script: {err['error']}"
-    return run_end_reason(spec, m, res)
+    return run_end_reason(spec, m, res, timeout_s)
 
 
 def summarize(spec: ScriptSpec, run_dir: Path, res: LaunchResult, ref: LaunchResult | None,
-              ref_dir: Path | None = None) -> dict:
+              ref_dir: Path | None = None, timeout_s: float | None = None,
+              ref_skipped: bool = False) -> dict:
     """Metrics, oracles and provenance of a finished launch, with the keys of
     :func:`jitbench.harness.run.summarize` (``workload`` is the spec's
     :attr:`~ScriptSpec.workload`, ``steps`` the step its ranks finished at) plus
@@ -402,24 +407,26 @@ def summarize(spec: ScriptSpec, run_dir: Path, res: LaunchResult, ref: LaunchRes
     equals the reference's, bitwise; None without losses) and ``error_tail``.
     ``decisions`` are :func:`jitbench.harness.run.decisions` of the runtime's strategy
     (:attr:`ScriptSpec.runtime_strategy`); ``sample_stream_reason`` says why
-    ``sample_stream_equal`` is always empty (the script's samples are not recorded)."""
+    ``sample_stream_equal`` is always empty (the script's samples are not recorded).
+
+    The launch and its reference follow run's rules (the same functions): a launch
+    the harness stopped is ``harness_stopped`` and so are its failures that had not
+    recovered, with no detection for the failures the stop declared; a reference cut
+    short or not started (``ref_skipped``) is ``reference_complete`` false, says why in
+    ``reference_cut_short`` and the ``end_reason`` of a completed launch, and is never
+    compared; ``timeout_s`` (s) is named as given."""
     entry = strategies.parse(spec.runtime_strategy).entry
-    evs = phases.read_events(run_dir)
-    table = phases.derive(evs, spec.world_size)
-    phases.write(run_dir, table)
+    stop, evs, table = launch_events(run_dir, spec.world_size)
     steps = final_step(evs) or spec.steps or 0
     m = metrics.compute(run_dir, steps, spec.world_size, events=evs, phase_table=table,
-                        strategy=spec.runtime_strategy)
+                        strategy=spec.runtime_strategy, stop=stop)
     err = script_error(run_dir, evs)
     summary: dict = {"summary_version": SUMMARY_VERSION, "run_dir": str(run_dir),
                      "workload": spec.workload, "size": None, "script": spec.script or spec.module,
                      "args": spec.args, "strategy": spec.strategy,
                      "world_size": spec.world_size, "steps": steps, "seed": spec.seed,
                      "faults": [asdict(f) for f in spec.faults], "deterministic_reduce": False,
-                     "agent_exit": res.returncode,
-                     "interrupted": res.interrupted or res.late_interrupt,
-                     "late_interrupt": res.late_interrupt and not res.interrupted,
-                     "wall_s": res.wall_s}
+                     **launch_keys(res, stop, timeout_s)}
     fails = m.failures
     summary.update(recovery_means(m, spec.world_size))
     warnings = [e for e in evs if e["event"] == "warning" and e.get("where") == "hooks"]
@@ -427,10 +434,7 @@ def summarize(spec: ScriptSpec, run_dir: Path, res: LaunchResult, ref: LaunchRes
     if spec.strategy == "jit":
         # transparent JIT: the promise of ``jitbench run --strategy jit``, unless the
         # hooks said the script does something they cannot follow exactly
-        summary["expected_replayed_steps"] = sum(f.expected_replayed_steps or 0 for f in fails)
-        summary["last_commit_step"] = fails[-1].last_commit_step if fails else None
-        summary["replay_ok"] = replay_ok("jit", fails)
-        summary["replay_promise"] = replay_promise("jit")
+        summary.update(replay_keys("jit", fails, evs, m.completed))
         summary["replay_promised"] = True
         summary["bitwise_promised"] = not any(e.get("inexact") for e in warnings)
     else:
@@ -471,13 +475,12 @@ def summarize(spec: ScriptSpec, run_dir: Path, res: LaunchResult, ref: LaunchRes
         err = {"error": NO_STEP, "error_kind": "input", "error_tail": None}
         summary["end_reason"] = NO_STEP
     else:
-        summary["end_reason"] = end_reason(spec, m, res, err)
-    summary["state_equal"] = summary["max_abs_diff"] = summary["sample_stream_equal"] = None
+        summary["end_reason"] = end_reason(spec, m, res, err, timeout_s)
+    ref_dir = ref_dir or run_dir / "reference"
+    compare = reference_keys(summary, ref, ref_dir, timeout_s, ref_skipped)
     summary["sample_stream_reason"] = SCRIPT_SAMPLES_REASON
     summary["loss_equal"] = None
-    ref_dir = ref_dir or run_dir / "reference"
-    if ref is not None and m.completed and (ref_dir / "final" / "state.pt").exists() \
-            and (run_dir / "final" / "state.pt").exists():
+    if compare:
         eq, diff = metrics.compare_states(run_dir / "final" / "state.pt",
                                           ref_dir / "final" / "state.pt")
         summary["state_equal"], summary["max_abs_diff"] = eq, diff
@@ -491,13 +494,7 @@ def summarize(spec: ScriptSpec, run_dir: Path, res: LaunchResult, ref: LaunchRes
             phases.write(ref_dir, ref_table)
         rm = metrics.compute(ref_dir, final_step(ref_evs), spec.world_size, events=ref_evs,
                              phase_table=ref_table)
-        summary["reference_loss_last"] = rm.loss_last
-        summary["loss_diff"] = (m.loss_last - rm.loss_last
-                                if m.loss_last is not None and rm.loss_last is not None
-                                else None)
-        summary["reference_step_s"] = rm.step_s
-        summary["reference_wall_s"] = ref.wall_s
-        summary["reference_dir"] = str(ref_dir)
+        reference_figures(summary, m, rm, ref, ref_dir)
     summary.update(err)
     summary["failures"] = [asdict(f) for f in fails]
     summary["decisions"] = decisions(summary, entry, final_option=False)
@@ -565,10 +562,9 @@ def run_script(spec: ScriptSpec, run_dir: Path, reference: bool = True, overwrit
             if not skipped:
                 cbr = (lambda s: progress("reference", s)) if progress else None
                 ref = execute(spec.without_faults(), run_dir / "reference", cbr, timeout_s)
-        summary = summarize(spec, run_dir, res, ref, ref_dir)
+        summary = summarize(spec, run_dir, res, ref, ref_dir, timeout_s=timeout_s,
+                            ref_skipped=skipped)
         summary["timed_out"] = res.timed_out or bool(ref is not None and ref.timed_out)
-        if skipped and summary["completed"]:
-            summary["end_reason"] = f"completed; {reference_not_compared(REFERENCE_NOT_STARTED)}"
         note_interrupts(summary, sigs, res, ref)
         write_records(summary, run_dir)
         note_interrupts(summary, sigs, res, ref)  # one while they were written: complete

@@ -423,3 +423,129 @@ def test_click_abort_is_never_silent(jb, monkeypatch):
     code, err = jb("faults")
     assert code == ExitStatus.INTERRUPTED
     assert [x for x in err.splitlines() if x.strip()] == ["interrupted"]
+
+
+# -- a signal once every rank has finished, while the agent shuts down ------------------
+
+
+def _finished_ranks(run_dir: Path, ranks=(0, 1), world: int = 2, attempt: int = 0) -> None:
+    """The last events of ``ranks`` of a ``world``-rank job in ``attempt``: ``process``
+    (the world size), ``done`` and ``exit`` 0, what the workers write last."""
+    from tests.unit.test_phases import _events
+
+    for rank in ranks:
+        _events(run_dir / "events", attempt, rank, [
+            ("process", "point", 0.1, {"world_size": world}),
+            ("done", "point", 3.0, {"step": 2}), ("exit", "point", 3.1, {"code": 0})])
+
+
+def _send_once(sent: list) -> None:
+    if not sent:
+        sent.append(signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_a_signal_once_every_rank_finished_lets_the_agent_exit(tmp_path):
+    """The agent still shutting down (1-3 s after its workers exit 0) when Ctrl-C comes:
+    nothing is stopped, the launch is whole (no stop mark, exit 0, late_interrupt)."""
+    _finished_ranks(tmp_path)
+    sent: list[int] = []
+    cmd = [sys.executable, "-c", "import time; time.sleep(1.5)"]
+    res = launch_agent(cmd, tmp_path, progress=lambda st: _send_once(sent), timeout_s=30)
+    assert sent
+    assert res.late_interrupt and not res.interrupted and res.returncode == 0
+    assert res.wall_s >= 1.4  # it waited for the agent to exit by itself
+    assert not (tmp_path / STOP_FILE).exists()
+
+
+def test_an_agent_that_never_exits_after_its_ranks_finished_is_stopped_unmarked(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(launch_mod, "FINISHED_GRACE_S", 0.5)
+    _finished_ranks(tmp_path)
+    sent: list[int] = []
+    res = launch_agent(SLEEPER, tmp_path, progress=lambda st: _send_once(sent), timeout_s=30)
+    assert res.late_interrupt and not res.interrupted
+    assert res.returncode == 0  # every worker had succeeded; the agent only hung
+    assert res.wall_s < 20 and not (tmp_path / STOP_FILE).exists()
+    assert "did not exit within 0.5 s" in (tmp_path / "agent.log").read_text()
+
+
+@pytest.mark.parametrize("events", ["one rank", "no exit", "failed exit", "older attempt",
+                                    "no process"])
+def test_a_signal_before_every_rank_finished_stops_the_agent(tmp_path, events):
+    """Training not finished (a rank still working, an exit status not 0, a newer
+    attempt running, a world of unknown size): stopped as before, ``interrupted``."""
+    from tests.unit.test_phases import _events
+
+    if events == "one rank":
+        _finished_ranks(tmp_path, ranks=(0,))
+    elif events == "no exit":
+        for rank in (0, 1):
+            _events(tmp_path / "events", 0, rank, [
+                ("process", "point", 0.1, {"world_size": 2}), ("done", "point", 3.0, {"step": 2})])
+    elif events == "failed exit":
+        _finished_ranks(tmp_path, ranks=(0,))
+        _events(tmp_path / "events", 0, 1, [
+            ("process", "point", 0.1, {"world_size": 2}), ("exit", "point", 3.1, {"code": 1})])
+    elif events == "older attempt":
+        _finished_ranks(tmp_path)
+        _events(tmp_path / "events", 1, 0, [("process", "point", 4.0, {"world_size": 2})])
+    else:
+        for rank in (0, 1):
+            _events(tmp_path / "events", 0, rank, [
+                ("done", "point", 3.0, {"step": 2}), ("exit", "point", 3.1, {"code": 0})])
+    assert not launch_mod.training_finished(tmp_path)
+    sent: list[int] = []
+    res = launch_agent(SLEEPER, tmp_path, progress=lambda st: _send_once(sent), timeout_s=30)
+    assert res.interrupted and not res.late_interrupt and res.wall_s < 20
+    assert json.loads((tmp_path / STOP_FILE).read_text())["why"] == "interrupt"
+
+
+def _agent_launches(monkeypatch, signal_in: int):
+    """``execute`` as a real :func:`launch_agent` of a ``python -c`` agent that shuts
+    down for 1 s after a finished run's files (``_finished_run`` and every rank's last
+    events) were written; Ctrl-C arrives while launch ``signal_in`` (1: the run, 2: the
+    reference) shuts down. Returns the run dirs launched."""
+    from jitbench.harness import run as run_mod
+
+    calls: list[Path] = []
+    sent: list[int] = []
+
+    def execute(spec, run_dir, progress=None, timeout_s=None):
+        calls.append(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _finished_run(run_dir)
+        _finished_ranks(run_dir)
+        cb = (lambda st: _send_once(sent)) if len(calls) == signal_in else None
+        return launch_agent([sys.executable, "-c", "import time; time.sleep(1.0)"],
+                            run_dir.resolve(), progress=cb, timeout_s=30)
+
+    monkeypatch.setattr(run_mod, "execute", execute)
+    return calls
+
+
+def test_a_ctrl_c_while_the_finished_reference_shuts_down_still_compares_it(
+        tmp_path, monkeypatch):
+    """The new-user trial: Ctrl-C in the 1.5-3 s the agent takes to exit after the
+    reference's workers exited 0 threw the reference away (interrupted, not compared)."""
+    calls = _agent_launches(monkeypatch, signal_in=2)
+    s, on_disk, run_dir = _run(tmp_path)
+    assert len(calls) == 2 and not (run_dir / "reference" / STOP_FILE).exists()
+    for x in (s, on_disk):
+        assert x["interrupted"] is True and x["late_interrupt"] is True
+        assert x["reference_complete"] is True and x["reference_cut_short"] is None
+        assert x["state_equal"] is True and x["end_reason"] == "completed"
+        assert x["harness_stopped"] is False
+    assert verdict(on_disk) == (ExitStatus.INTERRUPTED, "interrupted once its launches had "
+                                                        "ended; the records are complete")
+
+
+def test_a_ctrl_c_while_the_finished_run_shuts_down_keeps_it_complete(tmp_path, monkeypatch):
+    """The run's own launch: complete, not stopped; the reference is not started."""
+    calls = _agent_launches(monkeypatch, signal_in=1)
+    s, on_disk, run_dir = _run(tmp_path)
+    assert calls == [run_dir] and not (run_dir / STOP_FILE).exists()
+    for x in (s, on_disk):
+        assert x["completed"] and x["harness_stopped"] is False and x["agent_exit"] == 0
+        assert x["interrupted"] is True and x["late_interrupt"] is True
+        assert x["reference_cut_short"] == REFERENCE_NOT_STARTED

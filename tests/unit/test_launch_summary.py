@@ -156,3 +156,156 @@ def test_the_summary_table_folds_long_values(tmp_path):
     assert max(len(x) for x in lines) <= 22 + VALUE_WIDTH + 8 + widest_doc + 16
     text = " ".join(x.split("│")[2].strip() for x in lines if x.count("│") >= 4)
     assert "x x x" in text and text.count("x") >= 200  # folded, not cut
+
+
+# -- the reference and the harness's stop follow run's rules ---------------------------
+
+
+def _with_final(run: Path) -> None:
+    import torch
+
+    (run / "final").mkdir(parents=True, exist_ok=True)
+    torch.save({"w": torch.ones(3)}, run / "final" / "state.pt")
+
+
+def _finished_with_reference(tmp_path: Path) -> tuple[Path, Path]:
+    """A fault-free launch and its reference, both finished with the same final state
+    (a reference cut short keeps whatever state it wrote: never compared)."""
+    run, ref = tmp_path / "run", tmp_path / "run" / "reference"
+    for d in (run, ref):
+        _fault_free(d)
+        _with_final(d)
+    return run, ref
+
+
+@pytest.mark.parametrize("cut, phrase", [
+    ("interrupted", "interrupted (Ctrl-C or SIGTERM)"),
+    ("timed_out", "stopped by the harness: --timeout-s 8 s ran out (launch stopped after 9.0 s)"),
+    ("failed", "stopped by a failure (agent exit 1)"),
+    ("stop mark", "interrupted (Ctrl-C or SIGTERM)"),
+    ("not started", "not started (Ctrl-C or SIGTERM came first)"),
+])
+@pytest.mark.parametrize("strategy", ["own", "jit"])
+def test_a_launch_reference_cut_short_is_named_and_never_compared(tmp_path, cut, phrase,
+                                                                   strategy):
+    """A new-user trial: launch's summary had no ``reference_complete`` or
+    ``reference_cut_short``, said ``completed`` and compared a stopped reference whose
+    ``final/state.pt`` existed. Now as run's: the same keys and words."""
+    from jitbench.harness.launch import STOP_FILE
+    from jitbench.harness.run import summarize as run_summarize
+
+    run, ref_dir = _finished_with_reference(tmp_path)
+    ref = {"interrupted": LaunchResult(-15, 9.0, True),
+           "timed_out": LaunchResult(-15, 9.0, timed_out=True),
+           "failed": LaunchResult(1, 9.0), "stop mark": LaunchResult(0, 9.0),
+           "not started": None}[cut]
+    if cut == "stop mark":  # a reference directory the harness stopped (--reference-dir)
+        (ref_dir / STOP_FILE).write_text(json.dumps({"why": "interrupt", "t_wall": 8.0,
+                                                     "t_mono": 8.0}))
+    s = summarize(_spec(strategy, faults=False), run, LaunchResult(0, 10.0), ref,
+                  timeout_s=8.0, ref_skipped=cut == "not started")
+    assert s["completed"] and s["reference_complete"] is False
+    assert s["reference_cut_short"] == phrase
+    assert s["state_equal"] is None and s["max_abs_diff"] is None and s["loss_equal"] is None
+    assert s["end_reason"].startswith("completed; the fault-free reference was " + phrase)
+    assert s["end_reason"].endswith("so the final states were not compared")
+    assert "reference_dir" not in s
+    # run's summary of the same directories says the same
+    from jitbench.harness.spec import RunSpec
+    from jitbench.workloads import WorkloadConfig
+
+    r = run_summarize(RunSpec(workload=WorkloadConfig(steps=6)), run, LaunchResult(0, 10.0),
+                      ref, timeout_s=8.0, ref_skipped=cut == "not started")
+    for k in ("reference_complete", "reference_cut_short", "end_reason", "state_equal"):
+        assert s[k] == r[k], k
+
+
+@pytest.mark.parametrize("strategy", ["own", "jit"])
+def test_a_complete_launch_reference_is_compared(tmp_path, strategy):
+    run, ref_dir = _finished_with_reference(tmp_path)
+    s = summarize(_spec(strategy, faults=False), run, LaunchResult(0, 10.0),
+                  LaunchResult(0, 9.0, late_interrupt=True))
+    assert s["reference_complete"] is True and s["reference_cut_short"] is None
+    assert s["state_equal"] is True and s["max_abs_diff"] == 0.0
+    assert s["end_reason"] == "completed" and s["reference_dir"] == str(ref_dir)
+    assert s["harness_stopped"] is False and s["timeout_s"] is None
+
+
+def test_the_exit_line_of_a_launch_names_its_interrupted_reference(tmp_path):
+    from jitbench.cli.run import outcome_status
+    from jitbench.errors import ExitStatus
+
+    run, _ = _finished_with_reference(tmp_path)
+    s = summarize(_spec("own", faults=False), run, LaunchResult(0, 10.0),
+                  LaunchResult(-15, 3.0, True))
+    s["interrupted"] = True
+    status, line = outcome_status(s, "own", run, None)
+    assert status == ExitStatus.INTERRUPTED
+    assert line == ("interrupted (the run completed; the fault-free reference was interrupted "
+                    "(Ctrl-C or SIGTERM) before its end, so the final states were not "
+                    f"compared); records kept in {run}")
+
+
+def _stopped_during_restart(run: Path) -> None:
+    """2 ranks: steps 1-3, rank 1 killed in step 4, rank 0 declares it (collective
+    error, t 4.5); the harness stops the launch during the restart (t 6.0, its
+    ``harness_stop.json``) and rank 0 declares the stop's SIGTERM (t 6.5)."""
+    for rank in (0, 1):
+        a0 = [("process", "point", 0.1, {"world_size": 2}), ("init", "end", 0.5, {}),
+              ("restore", "begin", 0.6, {}), ("restore", "end", 0.9, {"step": 0, "kind": None}),
+              *_steps(1, 3, 1.0), ("step", "begin", 4.0, {"step": 4})]
+        a0 += ([("fault", "point", 4.2, {"kind": "kill", "step": 4, "fault_id": "kill@1:4"})]
+               if rank == 1 else
+               [("failure", "point", 4.5, {"trigger": "collective_error", "step": 4}),
+                ("failure", "point", 6.5, {"trigger": "sigterm", "step": 4})])
+        _events(run / "events", 0, rank, a0)
+    (run / "harness_stop.json").write_text(json.dumps({"why": "interrupt", "t_wall": 1006.0,
+                                                       "t_mono": 1006.0}))
+
+
+@pytest.mark.parametrize("strategy", ["own", "jit"])
+def test_a_launch_the_harness_stopped_records_harness_stopped(tmp_path, strategy):
+    """A new-user trial: launch never applied the stop (metrics without it, no
+    ``harness_stopped``), so failures.csv said harness_stopped False and
+    expected_replayed_steps 3 (own) or 0 (jit) for a failure that never recovered."""
+    import pandas as pd
+
+    from jitbench.harness.run import write_records
+
+    _stopped_during_restart(tmp_path)
+    s = summarize(_spec(strategy), tmp_path, LaunchResult(-15, 7.0, True), None)
+    assert s["harness_stopped"] is True and not s["completed"]
+    assert s["end_reason"] == "stopped by the harness: interrupted (Ctrl-C or SIGTERM)"
+    assert s["num_failures"] == 1 and s["trigger"] == "collective_error"  # not the stop's
+    f = s["failures"][0]
+    assert f["harness_stopped"] is True and f["expected_replayed_steps"] is None
+    assert f["replayed_steps"] is None
+    assert s["expected_replayed_steps"] is None and s["replayed_steps"] is None
+    write_records(s, tmp_path)
+    row = pd.read_csv(tmp_path / "failures.csv").iloc[0]
+    assert bool(row["harness_stopped"]) is True
+    assert pd.isna(row["expected_replayed_steps"]) and pd.isna(row["replayed_steps"])
+
+
+def test_run_script_keeps_a_stopped_reference_out_of_the_comparison(tmp_path, monkeypatch):
+    """run_script end to end with fake launches: the reference's launch was stopped by
+    Ctrl-C though it had written its final state (the trial's L4): not compared, and
+    the summary on disk says why."""
+    from jitbench.harness import script
+
+    def execute(spec, run_dir, progress=None, timeout_s=None):
+        run_dir = Path(run_dir)
+        _fault_free(run_dir)
+        _with_final(run_dir)
+        stopped = run_dir.name == "reference"
+        return LaunchResult(-15 if stopped else 0, 5.0, interrupted=stopped,
+                            log_path=run_dir / "agent.log")
+
+    monkeypatch.setattr(script, "execute", execute)
+    out = script.run_script(_spec("own"), tmp_path / "run", timeout_s=30.0)
+    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
+    for s in (out.summary, on_disk):
+        assert s["reference_complete"] is False
+        assert s["reference_cut_short"] == "interrupted (Ctrl-C or SIGTERM)"
+        assert s["state_equal"] is None and s["interrupted"] is True
+        assert s["late_interrupt"] is False and s["timeout_s"] == 30.0
