@@ -220,6 +220,28 @@ def _false(v) -> bool:
     return is_bool(v, False)
 
 
+def _figure(v) -> str | None:
+    """A recorded figure as a violation line shows it (``3``, ``0.25``), or None when
+    the cell is empty (not measured: the line then says nothing of it)."""
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None if v is None or (isinstance(v, str) and not v.strip()) else str(v)
+    if x != x:
+        return None
+    return str(int(x)) if x.is_integer() else f"{x:g}"
+
+
+def _replay_detail(r) -> str:
+    """What a ``replay_ok`` violation line says: the steps replayed and expected, each
+    only where it was measured (never ``nan``), and JIT's one-step bound."""
+    replayed, expected = _figure(r.get("replayed_steps")), _figure(r.get("expected_replayed_steps"))
+    parts = [f"replayed {replayed}" if replayed else "replayed steps not measured"]
+    if expected:
+        parts.append(f"expected {expected}")
+    return ", ".join(parts) + (" (jit: at most 1 per failure)" if r["strategy"] == "jit" else "")
+
+
 def _version(x) -> str:
     """A recorded peer version as text; a missing one (None in parquet, NaN or an empty
     cell in CSV) is ``absent`` whichever format it was read from."""
@@ -358,8 +380,9 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
             if not promised:
                 unjudged.setdefault(what, set()).add(_config(r))
         if bitwise and not _truthy(r["state_equal"]):
+            diff = _figure(r.get("max_abs_diff"))
             v.checks.append(Check(cfg, "state_equal", "violation",
-                                  detail=(f"false (max_abs_diff {r.get('max_abs_diff')})"
+                                  detail=(("false" + (f" (max_abs_diff {diff})" if diff else ""))
                                           if pd.notna(r["state_equal"]) else "not recorded")))
         if "unfired_faults" in results.columns and pd.notna(r["unfired_faults"]) \
                 and r["unfired_faults"] > 0:
@@ -368,10 +391,7 @@ def compare(baseline, results, tolerance: float = 0.5, floor_s: float = 1.0,
                                          "fired: nothing was measured for them"))
         if replay and not _truthy(r["replay_ok"]):
             v.checks.append(Check(cfg, "replayed_steps", "violation",
-                                  detail=f"replayed {r.get('replayed_steps')}, expected "
-                                         f"{r.get('expected_replayed_steps')}"
-                                         + (" (jit: at most 1 per failure)"
-                                            if r["strategy"] == "jit" else "")))
+                                  detail=_replay_detail(r)))
 
     for what, cfgs in sorted(unjudged.items()):
         v.notes.append(f"{what} reported, not judged (neither the run nor its baseline "

@@ -373,7 +373,7 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
     ctx: dict = {"title": title, "css": Markup(CSS.read_text(encoding="utf-8")),
                  "source": str(d.resolve()), "sweep": None,
                  "generated": time.strftime("%Y-%m-%d %H:%M:%S"), "results": None,
-                 "cards": [], "sections": [], "metric_notes": METRIC_NOTES, "comparison": [],
+                 "cards": [], "sections": [], "metric_notes": METRIC_NOTES, "comparison": [], "stopped": [],
                  "decisions": [], "unchecked": None,
                  "result_columns": RESULT_COLUMNS, "overhead_columns": OVERHEAD_COLUMNS,
                  "validation_columns": VALIDATION_COLUMNS, "scale_columns": SCALE_COLUMNS,
@@ -431,6 +431,10 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
         if unchecked:  # a check that did not run is said, not skipped in silence
             ctx["unchecked"] = unchecked_text(unchecked, n)
             md += [ctx["unchecked"], ""]
+        ctx["stopped"] = stop_lines(t)
+        if ctx["stopped"]:  # why a row's comparison or figures are missing, said per row
+            md += ["## Runs stopped or not compared", ""]
+            md += [f"- **{label}**: {why}" for label, why in ctx["stopped"]] + [""]
         ctx["comparison"] = comparison_lines(t)
         if ctx["comparison"]:
             md += ["## Strategies side by side", ""] + [f"- {x}" for x in ctx["comparison"]]
@@ -545,6 +549,61 @@ def run_decisions(root: Path, t) -> list[tuple[str, list[str]]]:
             if "repeat" in r and r.get("repeat") == r.get("repeat"):  # not NaN
                 label += f" · repeat {int(r['repeat'])}"
             out.append((label, [str(x) for x in lines]))
+    return out
+
+
+def _label(r) -> str:
+    """``workload · strategy · fault · repeat N`` of a row (what it has of them)."""
+    label = " · ".join(str(r.get(k)) for k in ("workload", "strategy", "fault")
+                       if k in r and not records.empty_cell(r.get(k)))
+    rep = r.get("repeat")
+    if not records.empty_cell(rep):
+        try:
+            label += f" · repeat {int(float(rep))}"
+        except (TypeError, ValueError):
+            label += f" · repeat {rep}"
+    return label
+
+
+def stop_lines(t) -> list[tuple[str, str]]:
+    """``(run label, why)`` of every row of ``t`` that the harness or a signal stopped,
+    that Ctrl-C or SIGTERM reached, or whose final state was not compared, in table
+    order: its ``end_reason`` (where not simply ``completed``), ``interrupted`` (Ctrl-C
+    or SIGTERM stopped a launch), ``late_interrupt`` (one that came once the run had
+    ended and stopped nothing), ``harness_stopped`` (``--timeout-s``, Ctrl-C or
+    SIGTERM ended a launch), and why ``state_equal`` is empty: the reference cut short
+    (``reference_cut_short``, ``reference_complete`` false) or no comparison recorded.
+    A row that completed and was compared is left out."""
+    out = []
+    for r in (t.to_dict("records") if t is not None else []):
+        why: list[str] = []
+        end = r.get("end_reason")
+        end = "" if records.empty_cell(end) else str(end).strip()
+        if end and end != "completed":
+            why.append(f"ended: {end}")
+        late = records.is_bool(r.get("late_interrupt"), True)  # interrupted is true too
+        if records.is_bool(r.get("interrupted"), True) and not late and "interrupted" not in end:
+            why.append("interrupted (Ctrl-C or SIGTERM)")
+        if late:
+            why.append("late interrupt: Ctrl-C or SIGTERM came once the run had ended "
+                       "(it stopped nothing; the records are complete)")
+        if records.is_bool(r.get("harness_stopped"), True) and "stopped by the harness" not in end:
+            why.append("stopped by the harness (--timeout-s, Ctrl-C or SIGTERM)")
+        cut = r.get("reference_cut_short")
+        compared = not records.empty_cell(r.get("state_equal"))
+        if not compared and "state_equal" in r and not records.is_bool(
+                r.get("bitwise_promised"), False):
+            if not records.empty_cell(cut):
+                text = records.reference_not_compared(str(cut).strip())
+                if text not in end:
+                    why.append(text)
+            elif records.is_bool(r.get("reference_complete"), False):
+                why.append("the fault-free reference did not run to its end, so the final "
+                           "states were not compared")
+            elif not end or end == "completed":
+                why.append("state_equal was not compared (no fault-free reference recorded)")
+        if why:
+            out.append((_label(r), "; ".join(why)))
     return out
 
 

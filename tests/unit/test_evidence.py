@@ -10,7 +10,9 @@ corrupt cell is), never passed. Fixture tables only: nothing is launched.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -40,22 +42,37 @@ def _row(strategy: str, rep: int, run_dir: str) -> dict:
             "recovery_s": 4.0, "wasted_gpu_s": 9.0, "step_s": 0.05, "run_dir": run_dir}
 
 
+RESULTS_ONLY = ("fault", "repeat", "spec_hash", "spec_json", "results_version")
+"""Columns a sweep adds to a run's summary fields in its results row."""
+
+
+def _write_summary(d: Path, row: dict) -> None:
+    """``d/summary.json``: the run's fields of a results row (empty cells as null)."""
+    summary = {k: (None if isinstance(v, float) and math.isnan(v) else
+                   v.item() if hasattr(v, "item") else v)
+               for k, v in row.items() if k not in RESULTS_ONLY}
+    (d / "summary.json").write_text(json.dumps(summary))
+
+
 def _sweep(tmp_path, edit=None):
     """A sweep directory: results.csv and .parquet, each run's summary and failures.csv
-    (one failure each); ``edit(table)`` changes the table before it is written."""
+    (one failure each); ``edit(table)`` changes the table before it is written, and
+    each run's summary.json holds its row as edited (a run that recorded it so)."""
     sw = tmp_path / "sw"
     rows = []
     for strategy in ("jit", "periodic:5"):
         for rep in (0, 1):
             d = sw / "runs" / f"gpt-{strategy.replace(':', '_')}-kill-s0-r{rep}"
             d.mkdir(parents=True)
-            (d / "summary.json").write_text(json.dumps({"completed": True}))
             pd.DataFrame([{"run_dir": str(d), "attempt": 0, "detect_s": 0.1}]).to_csv(
                 d / "failures.csv", index=False)
             rows.append(_row(strategy, rep, str(d)))
     t = pd.DataFrame(rows)
     if edit is not None:
         edit(t)
+    for row in t.to_dict("records"):
+        if isinstance(row.get("run_dir"), str) and Path(row["run_dir"]).is_dir():
+            _write_summary(Path(row["run_dir"]), row)
     t.to_csv(sw / "results.csv", index=False)
     t.to_parquet(sw / "results.parquet", index=False)
     return sw
