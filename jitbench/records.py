@@ -429,7 +429,7 @@ def load_results(path: str | Path, require: tuple[str, ...] = KEY_COLUMNS,
             if table.name.startswith("records"):
                 t = _as_results(t, p)
         else:
-            _check_unfinished_sweep(p, str(path))
+            check_unfinished_sweep(p, str(path))
             found = sorted(p.rglob("records.csv"))
             if not found:
                 raise InputError(f"{path}: no results.parquet, results.csv or records.csv "
@@ -449,10 +449,11 @@ def load_results(path: str | Path, require: tuple[str, ...] = KEY_COLUMNS,
     return _numeric(t)
 
 
-def _check_unfinished_sweep(d: Path, shown: str) -> None:
+def check_unfinished_sweep(d: Path, shown: str) -> None:
     """Refuse a sweep directory whose ``sweep.json`` says ``complete`` false and that has
     no results table yet (interrupted before a cell finished): its run directories'
-    records are not a sweep's results.
+    records are not a sweep's results (``load_table``, and ``report``, which says so
+    rather than that there is nothing to report).
 
     Raises:
         InputError: ``sweep interrupted after N of M cells; --resume runs the rest``.
@@ -471,6 +472,19 @@ def _check_unfinished_sweep(d: Path, shown: str) -> None:
         of = f" of {cells}" if isinstance(cells, int) else ""
         raise InputError(f"{shown}: sweep interrupted after {runs}{of} cells; --resume runs "
                          "the rest (no results table yet)")
+
+
+def sweep_incomplete(meta: dict) -> str | None:
+    """The sentence a report of an interrupted sweep's table carries (``sweep.json``
+    ``meta`` says ``complete`` false): ``Sweep interrupted: N of M cells finished ...``;
+    None for a complete sweep or a directory without ``sweep.json``."""
+    if not isinstance(meta, dict) or meta.get("complete") is not False:
+        return None
+    runs, cells = meta.get("runs"), meta.get("cells")
+    done = (f"{runs} of {cells} cells" if isinstance(runs, int) and isinstance(cells, int)
+            else f"{runs} cells" if isinstance(runs, int) else "some cells")
+    return (f"Sweep interrupted: {done} finished; this report covers those only "
+            "(jitbench sweep --resume runs the rest).")
 
 
 def _numeric(t):

@@ -277,6 +277,7 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
     t, unchecked = _load_table(d)
     osum, osegs, ometa = _load_overhead(overhead_dir, d)
     if t is None and osum is None:
+        records.check_unfinished_sweep(d, str(directory))  # interrupted before any cell
         raise SpecError(f"{directory}: no results.parquet, records.csv or overhead.csv to report")
     html_path = Path(out_path) if out_path else d / "report.html"
     if html_path.suffix.lower() == ".md":
@@ -374,7 +375,7 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
                  "source": str(d.resolve()), "sweep": None,
                  "generated": time.strftime("%Y-%m-%d %H:%M:%S"), "results": None,
                  "cards": [], "sections": [], "metric_notes": METRIC_NOTES, "comparison": [], "stopped": [],
-                 "decisions": [], "unchecked": None,
+                 "decisions": [], "unchecked": None, "incomplete": None,
                  "result_columns": RESULT_COLUMNS, "overhead_columns": OVERHEAD_COLUMNS,
                  "validation_columns": VALIDATION_COLUMNS, "scale_columns": SCALE_COLUMNS,
                  "by_replicas_note": BY_REPLICAS_NOTE,
@@ -390,6 +391,9 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
                         "cpus": mach.get("cpus"), "torch": mach.get("torch"),
                         "created": meta.get("created"), "scripts": scripts}
     md = [f"# {title}", "", f"source: `{d.resolve()}`", ""]
+    ctx["incomplete"] = records.sweep_incomplete(meta)
+    if ctx["incomplete"]:  # a partial table is said to be one, above everything
+        md += [f"**{ctx['incomplete']}**", ""]
     if scripts:
         md += ["Scripts launched (workload: command):", ""]
         md += [f"- `{label}`: `{command}`" for label, command in scripts] + [""]
@@ -466,6 +470,8 @@ def write_report(directory: Path, out_path: Path | None = None, overhead_dir: Pa
     md += ["## Metrics", ""] + [f"- `{k}`: {v}" for k, v in METRIC_NOTES]
     _save(html_path, _template().render(**ctx).encode("utf-8"))
     _save(md_path, ("\n".join(md) + "\n").encode("utf-8"))
+    if ctx["incomplete"] and on_note is not None:
+        on_note(f"note: {directory}: {ctx['incomplete']}")
     if unchecked and on_note is not None:
         from jitbench.reports.evidence import unchecked_note
 

@@ -145,3 +145,23 @@ def test_the_outputs_are_checked_before_any_figure_is_drawn(jb, tmp_path, monkey
     code, err = jb("report", str(good), "--out", "/proc/r.html")
     assert code == 2 and one_line(err).startswith(
         "error: --out: cannot write /proc/r.html: /proc takes no new file")
+
+
+def test_the_report_of_an_interrupted_sweeps_table_says_it_is_partial(jb, results):
+    """An interrupted sweep keeps the table of its finished cells (sweep.json: complete
+    false, runs of cells): its report says it covers those only, on stderr and at the
+    top of the HTML and markdown; a complete sweep's says nothing of the kind."""
+    import json
+
+    (results / "sweep.json").write_text(json.dumps({"complete": False, "runs": 1,
+                                                    "cells": 3, "config": {}}))
+    code, err = jb("report", str(results))
+    assert code == 0, err
+    partial = "Sweep interrupted: 1 of 3 cells finished"
+    assert partial in err
+    assert partial in (results / "report.html").read_text()
+    assert partial in (results / "report.md").read_text()
+    (results / "sweep.json").write_text(json.dumps({"complete": True, "runs": 3,
+                                                    "cells": 3, "config": {}}))
+    code, err = jb("report", str(results))
+    assert code == 0 and "interrupted" not in (results / "report.md").read_text(), err

@@ -355,6 +355,10 @@ def test_the_cli_line_of_an_interrupted_sweep(jb, launched, tmp_path):
     with pytest.raises(InputError, match=r"sweep interrupted after 0 of 2 cells; --resume "
                                          r"runs the rest"):
         load_results(out2)
+    # report says so too, rather than that there is nothing to report
+    code, err = jb("report", str(out2))
+    assert code == ExitStatus.INPUT and "sweep interrupted after 0 of 2 cells" in err, err
+    assert not (out2 / "report.html").exists()
 
 
 def test_a_sweep_interrupted_before_tables_were_kept_is_named_as_such(tmp_path):
