@@ -143,7 +143,14 @@ def test_sweep_report_gate(tmp_path):
     jit = doctored["strategy"] == "jit"
     doctored.loc[jit, "restore_s"] = doctored.loc[jit, "restore_s"] * 10 + 5.0
     doctored.to_csv(tmp_path / "doctored.csv", index=False)
+    # the runs' own records refute the doctored figure: tampered evidence, not a timing
     p = _cli("gate", "--baseline", str(sw / "results.csv"), str(tmp_path / "doctored.csv"))
+    assert p.returncode == 2 and "tampered or stale evidence" in p.stderr, p.stderr
+    # without its run directories (a table copied on its own) the gate judges the figures
+    doctored["run_dir"] = "gone/" + doctored["run_dir"].astype(str).str.rsplit("/", n=1).str[-1]
+    doctored.to_csv(tmp_path / "doctored.csv", index=False)
+    p = _cli("gate", "--allow-missing-evidence", "--baseline", str(sw / "results.csv"),
+             str(tmp_path / "doctored.csv"))
     assert p.returncode == 5, p.stdout + p.stderr
     bad = [line for line in p.stdout.splitlines() if line.startswith("REGRESSION")]
     assert len(bad) == 1 and "gpt/jit/kill restore_s" in bad[0]
