@@ -192,7 +192,13 @@ def sweep(
                       steps=steps, nproc=nproc, backend=backend, batch_size=batch_size,
                       sizes=size_map, mtbf_s=parse_duration_s(mtbf),
                       fault_mtbf_steps=fault_mtbf_steps, fault_count=fault_count, **placement)
-    cfg.validate()
+    try:
+        cfg.validate()
+    except SpecError as exc:
+        if resume and out_dir is not None:  # an option left out takes its default
+            raise SpecError(f"{exc}; --resume takes the options the sweep was started "
+                            f"with (recorded in {out_dir / 'sweep.json'})") from None
+        raise
     if out_dir is None:
         out_dir = Path("sweeps") / time.strftime("%Y%m%d-%H%M%S")
     n = len(cfg.cells())

@@ -211,3 +211,22 @@ def test_a_sweep_cell_plans_the_faults_run_plans(opts, nproc):
     assert set(many) == {0, 1, 2, 3}  # no longer every fault on rank 1
     pinned = plan_from_options("kill", 2, None, 24, 4, 0, mtbf_steps=3.0)
     assert {f.rank for f in pinned} == {2}
+
+
+def test_resume_with_an_option_left_out_says_resume_takes_the_original_options(
+        jb, launched, tmp_path):  # noqa: F811
+    """The trial: a sweep of 8 steps with --fault-step 4, resumed without --fault-step,
+    failed on the default step 14 alone; the line now says where the options are."""
+    out = tmp_path / "sw"
+    args = ("sweep", "--workloads", "gpt", "--strategies", "jit", "--faults", "kill",
+            "--steps", "8", "--out", str(out))
+    code, err = jb(*args, "--fault-step", "4")
+    assert code == 0, err
+    launched.clear()
+    code, err = jb(*args, "--resume")
+    line = one_line(err)
+    assert code == 2 and "fault step 14 must be in 1..7" in line, err
+    assert f"--resume takes the options the sweep was started with (recorded in {out}" in line
+    assert launched == []
+    code, err = jb(*args, "--fault-step", "14")  # not resuming: the plain line
+    assert code == 2 and "--resume" not in one_line(err)
