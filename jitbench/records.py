@@ -474,16 +474,17 @@ def check_unfinished_sweep(d: Path, shown: str) -> None:
                          "the rest (no results table yet)")
 
 
-def sweep_incomplete(meta: dict) -> str | None:
-    """The sentence a report of an interrupted sweep's table carries (``sweep.json``
-    ``meta`` says ``complete`` false): ``Sweep interrupted: N of M cells finished ...``;
-    None for a complete sweep or a directory without ``sweep.json``."""
+def sweep_incomplete(meta: dict, what: str = "this report") -> str | None:
+    """The sentence a report (or ``what`` else reads it) of an interrupted sweep's table
+    carries (``sweep.json`` ``meta`` says ``complete`` false): ``Sweep interrupted: N of
+    M cells finished; WHAT covers those only ...``; None for a complete sweep or a
+    directory without ``sweep.json``."""
     if not isinstance(meta, dict) or meta.get("complete") is not False:
         return None
     runs, cells = meta.get("runs"), meta.get("cells")
     done = (f"{runs} of {cells} cells" if isinstance(runs, int) and isinstance(cells, int)
             else f"{runs} cells" if isinstance(runs, int) else "some cells")
-    return (f"Sweep interrupted: {done} finished; this report covers those only "
+    return (f"Sweep interrupted: {done} finished; {what} covers those only "
             "(jitbench sweep --resume runs the rest).")
 
 

@@ -75,6 +75,10 @@ def gate(
     if new_n:
         notes.append(unchecked_note(str(_shown(results)), new_n, len(new_t))
                      + " (--allow-missing-evidence)")
+    for name, path in ((f"--baseline {_shown(baseline)}", baseline), (str(_shown(results)), results)):
+        partial = _partial_sweep(path)
+        if partial:  # cells that never ran are never gated: say so
+            notes.append(f"note: {name}: {partial}")
     try:
         verdict = g.compare(base_t, new_t, tolerance=tolerance, floor_s=floor_s,
                             strict_machine=strict_machine,
@@ -93,6 +97,20 @@ def gate(
         raise typer.Exit(int(ExitStatus.INCORRECT))
     if verdict.regressions:
         raise typer.Exit(int(ExitStatus.REGRESSION))
+
+
+def _partial_sweep(path: Path) -> str | None:
+    """The sentence for a gate argument that is the table of an interrupted sweep (its
+    ``sweep.json`` says ``complete`` false; :func:`jitbench.records.sweep_incomplete`),
+    else None (a complete sweep, a stored table, an unreadable ``sweep.json``)."""
+    from jitbench.records import sweep_incomplete
+
+    d = path if path.is_dir() else path.parent
+    try:
+        meta = json.loads((d / "sweep.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return sweep_incomplete(meta, "the gate")
 
 
 def _shown(path: Path) -> Path:

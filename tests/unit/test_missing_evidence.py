@@ -130,3 +130,22 @@ def test_model_json_records_the_unchecked_rows(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["from_results"]["evidence_unchecked_rows"] == 1
     assert doc["from_results"]["evidence_rows"] == 4
+
+
+def test_the_gate_says_when_a_side_is_an_interrupted_sweeps_partial_table(jb, tmp_path):
+    """Cells an interrupted sweep never ran are never gated (a re-trial: a partial
+    candidate against a partial baseline passed without a word): a note per side."""
+    good, part = _sweep(tmp_path / "good"), _sweep(tmp_path / "part")
+    meta_path = part / "sweep.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    meta.update({"complete": False, "runs": 4, "cells": 6})
+    meta_path.write_text(json.dumps(meta))
+    code, err = jb("gate", "--baseline", str(good), str(part))
+    assert code == 0, err
+    notes = [x for x in err.splitlines() if "Sweep interrupted" in x]
+    assert len(notes) == 1 and "4 of 6 cells finished; the gate covers those only" in notes[0]
+    assert notes[0].startswith(f"note: {part / 'results.parquet'}")
+    code, err = jb("gate", "--baseline", str(part), str(good))
+    assert code == 0 and f"note: --baseline {part / 'results.parquet'}: Sweep interrupted" in err
+    code, err = jb("gate", "--baseline", str(good), str(good))
+    assert code == 0 and "Sweep interrupted" not in err, err
