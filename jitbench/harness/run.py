@@ -890,6 +890,18 @@ def agent_error(log_path: Path | None) -> str | None:
     return (f"{head}{name}" + (f": {msg}" if msg else ""))[:300]
 
 
+def record_outcome(summary: dict, run_dir: Path, sigs, res: LaunchResult,
+                   ref: LaunchResult | None) -> None:
+    """Finish a launch's ``summary`` and write its records (``run`` and ``launch``):
+    ``timed_out`` of the run or its reference, the signals that came between and after
+    the launches (:func:`note_interrupts`; ``sigs``: the :func:`interrupts` scope),
+    then :func:`write_records`, noting a signal that came while they were written."""
+    summary["timed_out"] = res.timed_out or bool(ref is not None and ref.timed_out)
+    note_interrupts(summary, sigs, res, ref)
+    write_records(summary, run_dir)
+    note_interrupts(summary, sigs, res, ref)  # one while they were written: complete
+
+
 def write_records(summary: dict, run_dir: Path) -> None:
     """``summary.json``, ``records.csv``/``.parquet`` (one row) and ``failures.csv``."""
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
@@ -967,10 +979,7 @@ def run(spec: RunSpec, run_dir: Path, reference: bool = True, overwrite: bool = 
                 ref = execute(spec.without_faults(), run_dir / "reference", cbr, timeout_s)
         summary = summarize(spec, run_dir, res, ref, ref_dir, timeout_s=timeout_s,
                             ref_skipped=skipped)
-        summary["timed_out"] = res.timed_out or bool(ref is not None and ref.timed_out)
-        note_interrupts(summary, sigs, res, ref)
-        write_records(summary, run_dir)
-        note_interrupts(summary, sigs, res, ref)  # one while they were written: complete
+        record_outcome(summary, run_dir, sigs, res, ref)
     return RunOutcome(summary, run_dir, res, ref)
 
 

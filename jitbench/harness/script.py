@@ -52,13 +52,12 @@ from jitbench.harness.run import (
     launch_events,
     launch_keys,
     machine_fingerprint,
-    note_interrupts,
     prepare_dir,
+    record_outcome,
     recovery_means,
     reference_figures,
     reference_keys,
     replay_keys,
-    write_records,
 )
 from jitbench.harness.run import end_reason as run_end_reason
 from jitbench.harness.spec import nnodes_range
@@ -564,9 +563,6 @@ def run_script(spec: ScriptSpec, run_dir: Path, reference: bool = True, overwrit
                 ref = execute(spec.without_faults(), run_dir / "reference", cbr, timeout_s)
         summary = summarize(spec, run_dir, res, ref, ref_dir, timeout_s=timeout_s,
                             ref_skipped=skipped)
-        summary["timed_out"] = res.timed_out or bool(ref is not None and ref.timed_out)
-        note_interrupts(summary, sigs, res, ref)
-        write_records(summary, run_dir)
-        note_interrupts(summary, sigs, res, ref)  # one while they were written: complete
+        record_outcome(summary, run_dir, sigs, res, ref)
     return RunOutcome(summary, run_dir, res, ref)
 
