@@ -19,12 +19,22 @@ __all__ = ["capture_rng", "capture_rng_raw", "restore_rng", "rng_digest", "rng_s
 
 
 _MT_BYTES = 624 * 4 + 4
-"""Size of numpy's ``mt19937_state`` struct: ``uint32_t key[624]; int pos``."""
+"""Size of a Mersenne Twister's raw state in both layouts read here: numpy's
+``mt19937_state`` (``uint32_t key[624]; int pos``) and CPython's ``RandomObject``
+fields (``int index; uint32_t state[624]``)."""
+
+_STRIDE = 156
+"""The unmoved-stream checks read every 156th of the 625 words (:func:`_view`): words 0,
+156, 312, 468 and 624, that is the position and four key words in both layouts."""
 
 _np_seen: tuple = (None, None, None, None)
-"""numpy's global bit generator, a view of its MT19937 state (:func:`_view`), a copy
-of the state at the last full capture (:func:`_copy`; None: none) and that capture
+"""numpy's global bit generator, the sampled words of its MT19937 state (:func:`_view`),
+a copy of them at the last full capture (:func:`_copy`; None: none) and that capture
 (:func:`_numpy_state`)."""
+
+_NP_RAND = np.random.mtrand._rand
+"""numpy's legacy global ``RandomState``: the object whose bound methods
+``np.random.rand``, ``np.random.seed``, ... are (bound once, at numpy's import)."""
 
 
 def _numpy_state() -> dict:
@@ -32,16 +42,16 @@ def _numpy_state() -> dict:
 
     ``get_state`` costs 40-50 µs (it builds a dict and a 624-word array), most
     of the runtime's per-step cost, while a training step rarely draws from
-    numpy. So the capture compares the stream's raw MT19937 state (2,500 bytes
-    read in place at ``bit_generator.ctypes.state_address`` as 625 words,
-    :func:`_view`) with a copy of it taken at the last full capture and returns
-    that capture again when they are equal and it held no cached Gaussian (``has_gauss`` 0: an unmoved
-    key and position then mean that nothing was drawn, so ``has_gauss`` and
-    ``gauss`` are unchanged too). Otherwise it calls ``get_state``. The dict
+    numpy. So the capture compares sampled words of the stream's raw MT19937
+    state, read in place at ``bit_generator.ctypes.state_address``
+    (:func:`_view`), with a copy of them taken at the last full capture, and
+    returns that capture again when they are equal and it held no cached
+    Gaussian (``has_gauss`` 0: nothing drawn then leaves ``has_gauss`` and
+    ``gauss`` as they were). Otherwise it calls ``get_state``. The dict
     returned may be shared between captures: treat it as read-only.
     """
     global _np_seen
-    bg = np.random.mtrand._rand._bit_generator
+    bg = _NP_RAND._bit_generator
     seen_bg, view, raw, state = _np_seen
     if seen_bg is not bg:
         try:
@@ -59,12 +69,22 @@ def _numpy_state() -> dict:
 
 
 def _view(addr: int) -> memoryview:
-    """A view of the ``_MT_BYTES`` at ``addr`` as 625 native 32-bit words (format ``I``;
-    made once per generator). Two such views compare item by item in C with no copy:
-    about 4 µs right after a training step, from cold caches, where copying the
-    bytes out first (``tobytes``, a 2.5 KB allocation) costs 9-10 µs and a byte-wise
-    (``B``) comparison 2 µs even warm (``benchmarks/runtime-step-cost.txt``, run 5)."""
-    return memoryview((ctypes.c_char * _MT_BYTES).from_address(addr)).cast("B").cast("I")
+    """The words the unmoved-stream checks compare: of the ``_MT_BYTES`` at ``addr``
+    read as 625 native 32-bit words (format ``I``), every :data:`_STRIDE`-th,
+    in place (made once per generator).
+
+    Why five words are enough: a Mersenne Twister emits the key word at its
+    position and moves the position on; every 624 words drawn it regenerates
+    the whole key (the twist; Matsumoto & Nishimura, ACM TOMACS 8(1), 1998), and
+    seeding rewrites the key and the position. A stream that moved therefore
+    has another position word or a regenerated key, in which each of the four
+    sampled key words is unchanged with probability 2^-32: a move goes unseen
+    with probability 2^-128. Reading 5 words instead of 625 touches 5 cache
+    lines of the generator instead of 40; right after a training step, from cold
+    caches, that is most of the check's cost (about 4 µs per stream in
+    ``benchmarks/runtime-step-cost.txt``, run 6, against 1 µs now, run 7)."""
+    whole = memoryview((ctypes.c_char * _MT_BYTES).from_address(addr)).cast("B").cast("I")
+    return whole[::_STRIDE]
 
 
 def _copy(view: memoryview | None) -> memoryview | None:
@@ -76,49 +96,53 @@ _PY_OFFSET = 16
 """Offset of CPython's ``RandomObject`` fields after ``PyObject_HEAD`` (64-bit builds):
 ``int index; uint32_t state[624]`` (Modules/_randommodule.c), 2,500 bytes."""
 
-_py_seen: tuple = (None, None, None, None)
-"""python's global generator, a view of its raw state (:func:`_view`; None: the layout
-differs), a copy of it at the last full capture (:func:`_copy`) and that capture
-(:func:`_python_state`)."""
+_PY_INST = random._inst  # type: ignore[attr-defined]
+"""python's global generator: the object whose bound methods ``random.random``,
+``random.seed``, ... are (bound once, at :mod:`random`'s import)."""
+
+_py_seen: tuple = (None, None, None)
+"""The sampled words of python's global generator's raw state (:func:`_view`; None: the
+layout differs), a copy of them at the last full capture (:func:`_copy`) and that
+capture (:func:`_python_state`)."""
 
 
 def _python_state() -> tuple:
     """python's global stream as :func:`random.getstate` returns it.
 
     ``getstate`` builds a tuple of 625 ints (8 µs, up to 30 µs right after a
-    training step); the stream rarely moves in a step. So, as for numpy, the
-    raw Mersenne-Twister state is compared in place (read at the object's
-    address past ``PyObject_HEAD``, :func:`_view`) with a copy of it taken at the
-    last full capture, together with ``gauss_next``, and that capture
-    is returned again when both are unchanged (the tuple is immutable). The
-    layout is checked once against ``getstate``: where it differs (another
+    training step); the stream rarely moves in a step. So, as for numpy,
+    sampled words of the raw Mersenne-Twister state (read at the object's
+    address past ``PyObject_HEAD``, :func:`_view`) are compared with a copy of
+    them taken at the last full capture, together with ``gauss_next``, and that
+    capture is returned again when both are unchanged (the tuple is immutable).
+    The layout is checked once against ``getstate``: where it differs (another
     interpreter or build) every capture calls ``getstate``.
     """
     global _py_seen
-    inst = random._inst  # type: ignore[attr-defined]
-    seen, view, raw, state = _py_seen
-    if seen is not inst:
-        view, raw, state = _python_view(inst), None, None
+    inst = _PY_INST
+    view, raw, state = _py_seen
+    if state is None:
+        view = _python_view(inst)
     if view is not None and state is not None and inst.gauss_next is state[2]:
         if view == raw:
             return state
     state = inst.getstate()
-    _py_seen = (inst, view, _copy(view), state)
+    _py_seen = (view, _copy(view), state)
     return state
 
 
 def _python_view(inst: random.Random) -> memoryview | None:
-    """A byte view of ``inst``'s raw state (:func:`_view`) if the layout matches its
-    ``getstate``, else None."""
+    """The sampled words of ``inst``'s raw state (:func:`_view`) if its layout matches
+    its ``getstate``, else None."""
     try:
-        view = _view(id(inst) + _PY_OFFSET)
-        b, words = view.tobytes(), inst.getstate()[1]
+        whole = memoryview((ctypes.c_char * _MT_BYTES).from_address(id(inst) + _PY_OFFSET))
+        b, words = whole.tobytes(), inst.getstate()[1]
         ok = (len(words) == 625 and int.from_bytes(b[:4], "little", signed=True) == words[-1]
               and all(int.from_bytes(b[4 + 4 * i:8 + 4 * i], "little") == words[i]
                       for i in range(624)))
     except (TypeError, ValueError, OverflowError):
         return None
-    return view if ok else None
+    return _view(id(inst) + _PY_OFFSET) if ok else None
 
 
 def capture_rng_raw() -> tuple:
@@ -131,28 +155,28 @@ def capture_rng_raw() -> tuple:
     # the unmoved-stream checks of _python_state and _numpy_state inline: a function
     # call costs several µs right after a training step (cold caches), the checks
     # themselves about one
-    inst, view, raw, py = _py_seen
-    if (py is None or random._inst is not inst  # type: ignore[attr-defined]
-            or inst.gauss_next is not py[2] or view is None or view != raw):
+    view, raw, py = _py_seen
+    if py is None or _PY_INST.gauss_next is not py[2] or view is None or view != raw:
         py = _python_state()
     bg, view, raw, npst = _np_seen
-    if (npst is None or npst["has_gauss"] or np.random.mtrand._rand._bit_generator is not bg
+    if (npst is None or npst["has_gauss"] or _NP_RAND._bit_generator is not bg
             or view is None or view != raw):
         npst = _numpy_state()
     # is_initialized implies is_available (1.5 µs warm, up to ~70 µs right after a
     # training step on a host without a GPU); its module flag, read first, spares the
     # call (5 µs from cold caches) in a process that never initialised CUDA
-    if (_CUDA_FLAGGED is False or torch.cuda._initialized) and torch.cuda.is_initialized():
+    if (_CUDA_FLAGGED is False or _cuda._initialized) and _cuda.is_initialized():
         # what get_rng_state_all returns (each device's generator state, in device order)
         # without its per-device lazy-init check and device parsing in Python
-        gens = getattr(torch.cuda, "default_generators", ())
-        cuda = ([g.get_state() for g in gens] if len(gens) == torch.cuda.device_count()
-                else torch.cuda.get_rng_state_all())
+        gens = getattr(_cuda, "default_generators", ())
+        cuda = ([g.get_state() for g in gens] if len(gens) == _cuda.device_count()
+                else _cuda.get_rng_state_all())
     else:
         cuda = []
     return py, npst, _torch_state(), cuda
 
 
+_cuda = torch.cuda
 _CUDA_FLAGGED = hasattr(torch.cuda, "_initialized")
 """torch keeps ``torch.cuda._initialized`` (False until CUDA is initialised in this
 process; ``is_initialized`` is it and not a bad fork). Without it, every capture calls
@@ -189,7 +213,7 @@ def restore_rng(state: dict) -> None:
     """Set every RNG stream from :func:`capture_rng`'s output (no draw in between)."""
     global _np_seen, _py_seen
     _np_seen = (None, None, None, None)  # a set state may match the last key with another gauss
-    _py_seen = (None, None, None, None)
+    _py_seen = (None, None, None)
     py = state["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))
     n = state["numpy"]

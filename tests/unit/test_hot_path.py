@@ -9,6 +9,8 @@ import random
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jitbench.runtime.events import EventLog, read_events
 from jitbench.runtime.rng import capture_rng, capture_rng_raw, restore_rng, rng_state
@@ -261,3 +263,34 @@ def test_cuda_streams_are_read_from_each_devices_generator(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
     monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: ["all"])
     assert rng_mod.capture_rng_raw()[3] == ["all"]
+
+
+_DRAWS = {
+    "py random": lambda: random.random(),
+    "py one twist": lambda: [random.getrandbits(32) for _ in range(624)],
+    "py gauss": lambda: random.gauss(),
+    "py seed": lambda: random.seed(3),
+    "np rand": lambda: np.random.rand(2),
+    "np one twist": lambda: np.random.randint(0, 2**32, size=624, dtype=np.uint32),
+    "np normal": lambda: np.random.standard_normal(),
+    "np seed": lambda: np.random.seed(3),
+    "nothing": lambda: None,
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(sorted(_DRAWS)), max_size=12))
+def test_capture_equals_both_streams_after_any_draws(draws):
+    """The unmoved-stream checks compare five sampled words of each Twister (position and
+    four key words), not all 625: after any sequence of draws, twists and reseeds, the
+    capture still equals what random.getstate and np.random.get_state return."""
+    random.seed(1)
+    np.random.seed(1)
+    for name in draws:
+        _DRAWS[name]()
+        py, npst = capture_rng_raw()[:2]
+        assert py == random.getstate(), name
+        now = np.random.get_state(legacy=False)
+        assert np.array_equal(npst["state"]["key"], now["state"]["key"]), name
+        assert (npst["state"]["pos"], npst["has_gauss"], npst["gauss"]) == (
+            now["state"]["pos"], now["has_gauss"], now["gauss"]), name
