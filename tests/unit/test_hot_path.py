@@ -137,6 +137,14 @@ def test_hyper_parameters_exclude_params_and_copy_a_tensor_lr():
     opt.param_groups[0]["weight_decay"] = 0.0
     assert g["lr"].item() == pytest.approx(0.01) and g["weight_decay"] == 0.01
     assert set(g) == set(opt.param_groups[0]) - {"params"}
+    # float hyper-parameters and a tuple of them shared, a list after them copied
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01, betas=(0.9, 0.95))
+    b.register(Registered(model=model, optimizer=opt), 0)
+    opt.param_groups[0]["milestones"] = [1, 2]
+    b.refresh(1)
+    g = b.snapshot["param_groups"][0]
+    opt.param_groups[0]["milestones"].append(3)
+    assert g["milestones"] == [1, 2] and g["betas"] is opt.param_groups[0]["betas"]
 
 
 def test_capture_sees_a_move_of_exactly_one_twist_of_each_stream():
