@@ -186,13 +186,23 @@ class Runtime:
         # the training thread's id (the pre-hook compares it with get_ident, a C call,
         # instead of building thread objects); read here, in the process that trains
         self._main_ident = threading.main_thread().ident
-        self._optimizer_step_hooked = self.strategy.hooks_optimizer_step(self)
         self._notices: Any = None
         # SIGTERM always ends this process: from the moment it arrives, no new step starts
         # (the handler runs on the main thread between two bytecodes, maybe inside a
         # section that holds an event log's lock: it sets the flag without _leave_lock)
         self.watchdog = Watchdog(config, events, lambda: (self._phase, self._phase_since),
                                  self.fail, on_term=self._leaving.set)
+        self._record_step = self.watchdog.hang.record
+        self._bind_strategy()
+
+    def _bind_strategy(self) -> None:
+        """Read once, at each strategy change and ``register``, what the strategy does at
+        a step's optimizer step and end: each flag spares a call or a lookup at every
+        step (several µs right after a CPU training step, from cold caches)."""
+        strategy = self.strategy
+        self._optimizer_step_hooked = strategy.hooks_optimizer_step(self)
+        self._boundary_hooked = strategy.hooks_boundary(self)
+        self._snapshot_each_step = strategy.snapshot_each_step
 
     # ------------------------------------------------------------------ setup
     @property
@@ -256,7 +266,7 @@ class Runtime:
                          load_extra, load_data)
         for message in self.boundary.register(reg, self._completed):
             self.events.emit("warning", where="register", message=message)
-        self._optimizer_step_hooked = self.strategy.hooks_optimizer_step(self)
+        self._bind_strategy()
         optimizer.register_step_pre_hook(self._on_optimizer_step)
 
     def add_check(self, check: Check) -> None:
@@ -312,7 +322,7 @@ class Runtime:
             if nxt is None:
                 nxt = self._strategies[strategy] = cls(self.config)
             self.strategy = nxt
-            self._optimizer_step_hooked = nxt.hooks_optimizer_step(self)
+            self._bind_strategy()
 
     # ------------------------------------------------------------ step loop
     def steps(self, first: int, last: int) -> Iterator[int]:
@@ -341,7 +351,9 @@ class Runtime:
 
     @contextmanager
     def step(self, step: int) -> Iterator[dict]:
-        """Mark one optimizer step; yields a dict whose items go into the step's end event.
+        """Mark one optimizer step; yields a dict whose items go into the step's end event
+        (read when the block ends: the event log keeps the dict itself, so leave it as it
+        is after the block).
 
         Everything the step does (fetching its batch, forward, backward,
         optimizer and scheduler steps) belongs inside. An exception escaping
@@ -393,22 +405,22 @@ class Runtime:
         if self._pending_rng is not None:  # deferred from restore(): nothing can shift it now
             restore_rng(self._pending_rng)
             self._pending_rng = None
-        if self.config.step_cpu_time:  # CPU-time overheads (jitbench overhead)
-            self.events.emit("step", "begin", step=step, cpu_s=time.process_time())
-        else:
-            self.events.emit("step", "begin", step=step)
         self._step = step
         # nothing of this step reached or posted yet (a rollback redoes older steps)
-        self._posted = min(self._posted, step - 1)
+        if self._posted >= step:
+            self._posted = step - 1
         self._entered = self._posted
-        self._phase_since = time.monotonic()
+        self._phase_since = now = _monotonic()
         self._phase = "compute"
+        # CPU-time overheads (jitbench overhead): the process's CPU time at the begin
+        self.events.step_begin(step, now, time.process_time() if self.config.step_cpu_time
+                               else None)
 
     def _on_optimizer_step(self, *_: Any) -> None:
         # whether this (main) thread holds the state lock is its own flag, never the
         # phase: a failure declared on another thread (SIGTERM, a notice, an Xid) sets
         # the phase to "failure" at any instant, also inside the optimizer step
-        if self._holds_state_lock or threading.get_ident() != self._main_ident:
+        if self._holds_state_lock or _get_ident() != self._main_ident:
             return  # a second optimizer step in the same step; another thread's optimizer
         if self._optimizer_step_hooked:  # a strategy with work here (a call costs µs)
             self.strategy.on_optimizer_step(self)
@@ -417,24 +429,30 @@ class Runtime:
         self._phase = "mutating"
 
     def _end(self, step: int, info: dict) -> None:
-        t_end = time.monotonic()
+        # the training thread's per-step hot path: each call and attribute chain here
+        # costs µs right after a CPU training step (benchmarks/runtime-step-cost.txt), so
+        # the flags of _bind_strategy are read instead of the strategy's, and the
+        # snapshot is Boundary.refresh written out (one call less)
+        t_end = _monotonic()
         dur = t_end - self._phase_since
         if not self._holds_state_lock:  # no optimizer step ran: still take the lock
             self._state_lock.acquire()
             self._holds_state_lock = True
         try:
-            if self.strategy.snapshot_each_step:
-                self.boundary.refresh(step)
+            if self._snapshot_each_step:
+                b = self.boundary
+                b.snapshot = b.take(step, into=b.snapshot)
             self._completed = step
-            self.watchdog.hang.record(dur)
+            self._record_step(dur)
             self._phase = "boundary"
-            self._phase_since = now = time.monotonic()
+            self._phase_since = now = _monotonic()
         finally:
             self._holds_state_lock = False
             self._state_lock.release()
         # rt_s: the runtime's own time at this step end (lock, snapshot): its hot path
-        self.events.emit("step", "end", step=step, dur_s=dur, rt_s=now - t_end, **info)
-        self.strategy.at_boundary(self, step)
+        self.events.step_end(step, now, dur, now - t_end, info)
+        if self._boundary_hooked:
+            self.strategy.at_boundary(self, step)
 
     def enter_collective(self, step: int) -> None:
         """Record that this rank reached the gradient collective of ``step`` (call it
@@ -909,6 +927,11 @@ class Runtime:
             self.events.close()
         finally:
             self._exit_fn(code)
+
+
+_monotonic = time.monotonic
+_get_ident = threading.get_ident
+"""Module globals for the per-step hot path (one lookup instead of two)."""
 
 
 def _say(line: str) -> None:

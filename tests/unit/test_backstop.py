@@ -145,7 +145,8 @@ def test_write_faults_follow_who_writes_under_the_backstop(kind):
 
 def test_the_runtime_writes_the_backstop_every_n_steps(tmp_path):
     """jit:backstop=2 on one rank: periodic checkpoints at steps 2 and 4 (the option, not
-    RuntimeConfig.interval, sets it); a switch to plain jit stops them."""
+    RuntimeConfig.interval, sets it); a switch to plain jit stops them, and a switch back
+    to jit:backstop=3 starts them again (the runtime asks hooks_boundary at each switch)."""
     rt = Runtime(RuntimeConfig(strategy="jit", options={"backstop": 2},
                                ckpt_dir=str(tmp_path / "ck"), hang_first_s=600),
                  EventLog(tmp_path / "ev" / "attempt000_rank00000.jsonl", 0, 0), 0, 1)
@@ -167,11 +168,13 @@ def test_the_runtime_writes_the_backstop_every_n_steps(tmp_path):
         rt.set_strategy("jit", 0, strategies.parse("jit").all_options())
         assert rt.strategy.backstop == 0
         train(6, 8)
+        rt.set_strategy("jit", 0, strategies.parse("jit:backstop=3").all_options())
+        train(9, 12)
     finally:
         rt.close()
     saves = [(e["kind"], e["step"]) for e in read_events(tmp_path / "ev")
              if e["event"] == "save" and e["phase"] == "end" and e.get("ok")]
-    assert saves == [("periodic", 2), ("periodic", 4)]
+    assert saves == [("periodic", 2), ("periodic", 4), ("periodic", 9), ("periodic", 12)]
 
 
 def test_overhead_segments_hold_whole_backstop_intervals():

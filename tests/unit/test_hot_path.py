@@ -47,6 +47,39 @@ def test_fields_are_frozen_at_emit(tmp_path):
     assert rec["nested"] == {"a": [1]}
 
 
+def test_step_events_are_the_lines_emit_writes_in_order(tmp_path):
+    """step_begin/step_end (the training thread's per-step path, queued as tuples) write
+    the lines emit would, keys in its order, interleaved with emitted events as called;
+    a durable event writes them first; info is frozen at the call; a closed log drops."""
+    a, b = EventLog(tmp_path / "a.jsonl", 2, 1), EventLog(tmp_path / "b.jsonl", 2, 1)
+    ids = [1]
+    a.step_begin(7, 10.5)
+    a.emit("fault", kind="x")
+    a.step_begin(8, 11.0, cpu_s=3.25)
+    a.set_base(gen=4)
+    a.step_end(8, 12.0, 0.5, 1e-5, {"loss": 2.0, "ids": ids})
+    ids.append(2)
+    a.emit("exit", code=1, durable=True)
+    got = _lines(a.path)  # on disk before close: the durable event drained the tuples
+    a.close()
+    a.step_end(9, 13.0, 0.5, 1e-5, {})
+    assert _lines(a.path) == got
+    b.emit("step", "begin", step=7)
+    b.emit("fault", kind="x")
+    b.emit("step", "begin", step=8, cpu_s=3.25)
+    b.set_base(gen=4)
+    b.emit("step", "end", step=8, dur_s=0.5, rt_s=1e-5, loss=2.0, ids=[1])
+    b.emit("exit", code=1, durable=True)
+    b.close()
+    want = _lines(b.path)
+    assert [list(e) for e in got] == [list(e) for e in want]  # same keys, same order
+    drop = ("t_wall", "t_mono", "pid")
+    assert ([{k: v for k, v in e.items() if k not in drop} for e in got]
+            == [{k: v for k, v in e.items() if k not in drop} for e in want])
+    assert [e["t_mono"] for e in got if e["event"] == "step"] == [10.5, 11.0, 12.0]
+    assert got[3]["ids"] == [1] and got[3]["gen"] == 4 and "gen" not in got[2]
+
+
 def test_rebind_keeps_earlier_events_in_the_old_file(tmp_path):
     log = EventLog(tmp_path / "a.jsonl", -1, 0)
     log.emit("spare")

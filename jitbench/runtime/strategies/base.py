@@ -146,7 +146,14 @@ class Strategy:
         return type(self).on_optimizer_step is not Strategy.on_optimizer_step
 
     def at_boundary(self, rt: Runtime, step: int) -> None:
-        """Step ``step`` has completed and its end event is written (main thread)."""
+        """Step ``step`` has completed and its end event is written (main thread); called
+        only where :meth:`hooks_boundary` said so."""
+
+    def hooks_boundary(self, rt: Runtime) -> bool:
+        """Whether :meth:`at_boundary` has work for ``rt`` (asked when the strategy is set
+        and at each ``register``, as :meth:`hooks_optimizer_step`); False spares the call
+        at every step. Default: whether the class overrides it."""
+        return type(self).at_boundary is not Strategy.at_boundary
 
     def on_failure(self, rt: Runtime, trigger: str, phase: str) -> int | None:
         """React to a failure (``trigger``: ``hang``, ``sigterm``, ``exception``, ...;

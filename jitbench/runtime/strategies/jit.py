@@ -71,6 +71,11 @@ class JustInTime(Strategy):
         from the live config at every boundary (a strategy switch may change it)."""
         return int(self.config.options.get("backstop") or self.config.interval or 0)
 
+    def hooks_boundary(self, rt: Runtime) -> bool:
+        # only the backstop has work at a boundary; its interval is fixed while this
+        # strategy is set (set_strategy asks again)
+        return self.backstop > 0
+
     def at_boundary(self, rt: Runtime, step: int) -> None:
         every = self.backstop
         if every > 0 and step % every == 0:
