@@ -15,9 +15,13 @@ microseconds (µs):
   at the optimizer step (the strategy's ``on_optimizer_step``, the state lock);
   the runtime's whole per-step cost on the training thread is their sum
   (``begin + pre-hook + end``; ``begin + end`` without the hook, as earlier
-  tables give it);
-- ``in the step end``: ``Boundary.refresh`` (the whole snapshot) as ``_end`` runs
-  it, and inside it each part where it runs: a timer around the RNG capture and,
+  tables give it). These rows come from *clean* steps, timed only by these
+  three outer timers; every other step is *instrumented* with the inner timers
+  below (each a call of its own, several µs from cold caches: ``_end,
+  instrumented steps`` shows what they add). Before run 7 every step carried both;
+- ``in the step end``: the snapshot (``Boundary.take``, ``Boundary.refresh``
+  before run 7) as ``_end`` runs it, on the instrumented steps, and inside it
+  each part where it runs: a timer around the RNG capture and,
   inside it, torch's CPU stream (python's and numpy's unmoved-stream checks are
   written out in the capture, not calls, since run 5), and ``the rest`` (the
   buffers' copy, the optimizer hyper-parameters, the LR scheduler, the CUDA
@@ -29,7 +33,7 @@ microseconds (µs):
   step), when the caches hold their code and data: ``Boundary.refresh`` and
   inside it the RNG capture (and torch's CPU stream alone), the buffers'
   in-place copy, the optimizer hyper-parameters, the LR scheduler, the data
-  position; ``EventLog.emit`` of a
+  position; ``EventLog.step_end`` (``emit`` before run 7) of a
   step-end event (what the training thread pays for one event line) and, for
   reference, what encoding and writing a line costs (``json.dumps``;
   ``os.write`` to a scratch file), the work the event log's writer thread now
@@ -141,24 +145,29 @@ def _once(fn) -> float:
 
 def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
             device: torch.device = torch.device("cpu")) -> dict:
-    """Per-step times (s) of every component over ``steps`` measured steps, training
-    on ``device``."""
+    """Per-step times (s) of every component, training on ``device``: ``steps`` clean
+    and ``steps`` instrumented steps, alternating, after ``warmup`` excluded ones.
+
+    Clean steps carry only the outer timers (``_begin``, the pre-hook, ``_end``):
+    they give the runtime's cost per step (``begin + pre-hook + end``). The timers
+    inside ``_end`` (around the snapshot, the RNG capture, torch's stream) are
+    calls of their own that cost µs each from cold caches, so they are installed
+    only for the instrumented steps, which give the split by component
+    (``_end, instrumented`` shows what they add)."""
     torch.set_num_threads(1)
     random.seed(0)
     np.random.seed(0)
     torch.manual_seed(0)
-    cfg = WorkloadConfig(name="gpt", size=size, steps=steps + warmup, batch_size=batch_size,
+    cfg = WorkloadConfig(name="gpt", size=size, steps=2 * steps + warmup, batch_size=batch_size,
                          extra={"max_bytes": 200_000})
     wl = build_workload(cfg, 0, 1, device)
     events = EventLog(events_path(tmp, 0, 0), 0, 0)
     rt = Runtime(RuntimeConfig(strategy="jit", ckpt_dir=str(tmp / "ckpt"), hang_first_s=600,
                                hang_floor_s=600, sync_bound_s=600, run_id="bench"),
                  events, rank=0, world_size=1, exit_fn=lambda code: None)
-    # in situ: the runtime's work where it runs, timed only inside the measured steps
-    on = [False]
     prehook: list[float] = []
     # the optimizer's pre-hook is the bound method taken at register(): time it first
-    rt._on_optimizer_step = _timed(prehook, rt._on_optimizer_step, on)
+    rt._on_optimizer_step = _timed(prehook, rt._on_optimizer_step)
     rt.register(wl.model, wl.optimizer, wl.scheduler, scaler=wl.scaler,
                 data_state=wl.data_state, load_data=wl.load_data_state)
     rt.restore()
@@ -167,16 +176,16 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
     rt._begin = _timed(begin, rt._begin)
     rt._end = _timed(end, rt._end)
     situ: dict[str, list[float]] = {k: [] for k in (
-        "in the step end: Boundary.refresh", "  rng capture", "    python's stream",
+        "in the step end: the snapshot (take)", "  rng capture", "    python's stream",
         "    numpy's stream", "    torch's CPU stream", "  buffers copy",
         "  optimizer hyper-parameters", "  LR scheduler", "  CUDA events record",
         "  the rest (buffers, hyper-parameters, scheduler, ...)")}
     b = rt.boundary
-    b.refresh = _timed(situ["in the step end: Boundary.refresh"], b.refresh, on)
-    state_mod.capture_rng_raw = _timed(situ["  rng capture"], capture_rng_raw, on)
-    # inside the RNG capture, each stream where it runs (module attributes that
-    # capture_rng_raw looks up at each call; an older tree without them: not split)
-    patched = []
+    # the inner timers, as (object, attribute, row): installed for instrumented steps
+    # only (module attributes that take() and capture_rng_raw look up at each call;
+    # an older tree without them: not split)
+    inner = [(b, "take" if _end_takes(rt) else "refresh", "in the step end: the snapshot (take)"),
+             (state_mod, "capture_rng_raw", "  rng capture")]
     for mod, name, row in ((rng_mod, "_python_state", "    python's stream"),
                            (rng_mod, "_numpy_state", "    numpy's stream"),
                            (rng_mod, "_torch_state", "    torch's CPU stream"),
@@ -184,29 +193,52 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
         if mod is torch and hasattr(rng_mod, "_torch_state"):
             continue  # the capture no longer calls torch.get_rng_state
         if hasattr(mod, name):
-            patched.append((mod, name, getattr(mod, name)))
-            setattr(mod, name, _timed(situ[row], getattr(mod, name), on))
+            inner.append((mod, name, row))
     for name, row in (("_buffers", "  buffers copy"), ("_hyper_params", "  optimizer hyper-parameters"),
                       ("_scheduler_state", "  LR scheduler")):
         if hasattr(b, name):  # an older tree's take() has no such parts: not split
-            setattr(b, name, _timed(situ[row], getattr(b, name), on))
+            inner.append((b, name, row))
     if b.device_events.events:
-        b.device_events.mark = _timed(situ["  CUDA events record"], b.device_events.mark, on)
+        inner.append((b.device_events, "mark", "  CUDA events record"))
+
+    def install() -> list:
+        saved = [(obj, name, obj.__dict__.get(name)) for obj, name, _ in inner]
+        for obj, name, row in inner:
+            setattr(obj, name, _timed(situ[row], getattr(obj, name)))
+        return saved
+
+    def uninstall(saved: list) -> None:
+        for obj, name, fn in saved:
+            if fn is None:  # a method: drop the instance attribute
+                delattr(obj, name)
+            else:
+                setattr(obj, name, fn)
+
     parts: dict[str, list[float]] = {k: [] for k in (
         "again right after: Boundary.refresh", "  rng capture ", "    torch's CPU stream ",
         "  buffers copy ",
         "  optimizer hyper-parameters ", "  LR scheduler ",
-        "  data position (at a save, not per step)", "EventLog.emit (step end)", "  ref: json.dumps of the line",
-        "  ref: os.write of the line")}
+        "  data position (at a save, not per step)", "EventLog.step_end (step end)",
+        "  ref: json.dumps of the line", "  ref: os.write of the line")}
     scratch = os.open(tmp / "scratch.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     snap = rt.boundary.snapshot
     bufs = list(snap["buffers"].values())
     live = [b for _, b in wl.model.named_buffers()]
     scratch_log = EventLog(tmp / "scratch-events.jsonl", 0, 0)
+    if hasattr(scratch_log, "step_end"):
+        def step_event(s: int) -> None:
+            scratch_log.step_end(s, time.monotonic(), 0.1, 1e-5, {"loss": 1.0})
+    else:  # an older tree: the step-end line went through emit
+        def step_event(s: int) -> None:
+            scratch_log.emit("step", "end", step=s, dur_s=0.1, rt_s=1e-5, loss=1.0)
     whole: list[float] = []
-    for step in range(1, steps + warmup + 1):
+    clean: dict[str, list[float]] = {"begin": [], "pre": [], "end": []}
+    instr_end: list[float] = []
+    clean_steps: set[int] = set()
+    for step in range(1, 2 * steps + warmup + 1):
+        instrumented = step > warmup and (step - warmup) % 2 == 0
+        saved = install() if instrumented else None
         t_step = time.perf_counter()
-        on[0] = step > warmup
         with rt.step(step) as info:
             loss = wl.loss(wl.model, wl.batch(step, 0))
             loss.backward()
@@ -214,10 +246,19 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
             wl.optimizer.zero_grad(set_to_none=True)
             wl.scheduler.step()
             info.update(loss=loss.item())
-        whole.append(time.perf_counter() - t_step)
-        on[0] = False
+        t_whole = time.perf_counter() - t_step
+        if saved is not None:
+            uninstall(saved)
         if step <= warmup:
             continue
+        if instrumented:
+            instr_end.append(end[-1])
+            continue
+        clean_steps.add(step)
+        whole.append(t_whole)
+        clean["begin"].append(begin[-1])
+        clean["pre"].append(prehook[-1])
+        clean["end"].append(end[-1])
         # the parts, each on its own at this boundary
         p = parts
         p["again right after: Boundary.refresh"].append(
@@ -231,38 +272,43 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
             p["  optimizer hyper-parameters "].append(_once(b._hyper_params))
             p["  LR scheduler "].append(_once(b._scheduler_state))
         p["  data position (at a save, not per step)"].append(_once(lambda s=step: copy_small(wl.data_state(s))))
-        p["EventLog.emit (step end)"].append(_once(lambda s=step: scratch_log.emit(
-            "step", "end", step=s, dur_s=0.1, rt_s=1e-5, loss=1.0)))
+        p["EventLog.step_end (step end)"].append(_once(lambda s=step: step_event(s)))
         rec = {"event": "step", "phase": "end", "t_wall": time.time(), "t_mono": time.monotonic(),
                "rank": 0, "attempt": 0, "pid": 1, "host": "h", "step": step, "dur_s": 0.1,
                "rt_s": 1e-5, "loss": 1.0}
         p["  ref: json.dumps of the line"].append(_once(lambda r=rec: json.dumps(r)))
         p["  ref: os.write of the line"].append(_once(
             lambda r=rec: os.write(scratch, b'{"event": "step"}\n')))
-    for mod, name, fn in patched:
-        setattr(mod, name, fn)
-    state_mod.capture_rng_raw = capture_rng_raw  # the A/B runtime runs untimed
     rt.finish()
     rt.close()
     events.close()
     scratch_log.close()
     os.close(scratch)
     rts = [e["rt_s"] for e in read_events(tmp) if e["event"] == "step"
-           and e["phase"] == "end" and e["step"] > warmup]
+           and e["phase"] == "end" and e["step"] in clean_steps]
     # a take() that copies buffers, hyper-parameters and scheduler itself (the runtime's
     # since run 5): the rest of it is its time less the RNG capture's, per step
-    whole_refresh, rng_part = situ["in the step end: Boundary.refresh"], situ["  rng capture"]
-    if not situ["  optimizer hyper-parameters"] and len(whole_refresh) == len(rng_part):
+    whole_take, rng_part = situ["in the step end: the snapshot (take)"], situ["  rng capture"]
+    if not situ["  optimizer hyper-parameters"] and len(whole_take) == len(rng_part):
         situ["  the rest (buffers, hyper-parameters, scheduler, ...)"] = [
-            w - r for w, r in zip(whole_refresh, rng_part, strict=True)]
-    both = [b + e for b, e in zip(begin[warmup:], end[warmup:], strict=True)]
-    every = [x + h for x, h in zip(both, prehook, strict=True)]
-    return {"step (whole, training thread)": whole[warmup:], "rt_s (end, runtime)": rts,
-            "_begin (training thread)": begin[warmup:],
-            "optimizer pre-hook (training thread)": prehook,
-            "_end (training thread)": end[warmup:],
+            w - r for w, r in zip(whole_take, rng_part, strict=True)]
+    both = [x + y for x, y in zip(clean["begin"], clean["end"], strict=True)]
+    every = [x + h for x, h in zip(both, clean["pre"], strict=True)]
+    return {"step (whole, training thread)": whole, "rt_s (end, runtime)": rts,
+            "_begin (training thread)": clean["begin"],
+            "optimizer pre-hook (training thread)": clean["pre"],
+            "_end (training thread)": clean["end"],
             "begin + end (training thread)": both,
-            "begin + pre-hook + end": every, **situ, **parts}
+            "begin + pre-hook + end": every,
+            "_end, instrumented steps": instr_end, **situ, **parts}
+
+
+def _end_takes(rt: Runtime) -> bool:
+    """Whether this tree's ``Runtime._end`` calls ``Boundary.take`` itself (since run 7)
+    rather than ``Boundary.refresh``."""
+    import inspect
+
+    return "b.take(" in inspect.getsource(type(rt)._end)
 
 
 AB_ARMS = ("jit", "no runtime")
