@@ -81,8 +81,9 @@ def _view(addr: int) -> memoryview:
     sampled key words is unchanged with probability 2^-32: a move goes unseen
     with probability 2^-128. Reading 5 words instead of 625 touches 5 cache
     lines of the generator instead of 40; right after a training step, from cold
-    caches, that is most of the check's cost (about 4 µs per stream in
-    ``benchmarks/runtime-step-cost.txt``, run 6, against 1 µs now, run 7)."""
+    caches, that is most of the checks' cost: the RNG capture less torch's
+    stream (both checks and the CUDA check) went from 19.9 to 11.5 µs per step
+    (``benchmarks/runtime-step-cost.txt``, run 7, medians)."""
     whole = memoryview((ctypes.c_char * _MT_BYTES).from_address(addr)).cast("B").cast("I")
     return whole[::_STRIDE]
 

@@ -261,8 +261,9 @@ class Boundary:
                 d = g.copy()
                 d.pop("params", None)
                 # plain loops, not C builtins over map/filter: from cold caches each
-                # builtin's first call costs µs, the loop's bytecodes are warm (9 µs
-                # less per step for two groups, benchmarks/runtime-step-cost.txt, run 7)
+                # builtin's first call costs µs, the loop's bytecodes are warm (with
+                # the refresh call gone from _end, the snapshot less its RNG capture went
+                # from 27.6 to 18.4 µs per step, benchmarks/runtime-step-cost.txt, run 7)
                 for v in d.values():
                     if type(v) in _ATOMS:
                         continue
