@@ -27,10 +27,11 @@ _STRIDE = 156
 """The unmoved-stream checks read every 156th of the 625 words (:func:`_view`): words 0,
 156, 312, 468 and 624, that is the position and four key words in both layouts."""
 
-_np_seen: tuple = (None, None, None, None)
-"""numpy's global bit generator, the sampled words of its MT19937 state (:func:`_view`),
-a copy of them at the last full capture (:func:`_copy`; None: none) and that capture
-(:func:`_numpy_state`)."""
+_np_seen: tuple = (None, None, None, None, None, None)
+"""numpy's global bit generator, the sampled words of its MT19937 state (:func:`_view`;
+None: not readable, every capture is full), a copy of them at the last full capture
+(:func:`_copy`), its cached Gaussian in place (:func:`_gauss_view`), a copy of that,
+and that capture (:func:`_numpy_state`)."""
 
 _NP_RAND = np.random.mtrand._rand
 """numpy's legacy global ``RandomState``: the object whose bound methods
@@ -44,28 +45,75 @@ def _numpy_state() -> dict:
     of the runtime's per-step cost, while a training step rarely draws from
     numpy. So the capture compares sampled words of the stream's raw MT19937
     state, read in place at ``bit_generator.ctypes.state_address``
-    (:func:`_view`), with a copy of them taken at the last full capture, and
-    returns that capture again when they are equal and it held no cached
-    Gaussian (``has_gauss`` 0: nothing drawn then leaves ``has_gauss`` and
-    ``gauss`` as they were). Otherwise it calls ``get_state``. The dict
-    returned may be shared between captures: treat it as read-only.
+    (:func:`_view`), and the ``RandomState``'s cached Gaussian (``has_gauss``,
+    ``gauss``, read in place too, :func:`_gauss_view`) with copies of them taken
+    at the last full capture, and returns that capture again when all are
+    equal. Otherwise, or where either cannot be read, it calls ``get_state``.
+    The dict returned may be shared between captures: treat it as read-only.
+
+    The cached Gaussian must be compared too: a script that seeds the stream
+    again and draws brings key and position back to a state it had before,
+    with another ``has_gauss`` (``seed(3)``, two normals; then ``seed(3)``, one
+    normal: same key and position, ``has_gauss`` 0 and then 1).
     """
     global _np_seen
     bg = _NP_RAND._bit_generator
-    seen_bg, view, raw, state = _np_seen
+    seen_bg, view, raw, gview, graw, state = _np_seen
     if seen_bg is not bg:
+        view = gview = None
         try:
-            view = (_view(int(bg.ctypes.state_address))
-                    if type(bg).__name__ == "MT19937" else None)
-        except (AttributeError, TypeError, ImportError):
-            view = None
-        raw, state = None, None
-    if view is not None and state is not None and not state["has_gauss"]:
-        if view == raw:
-            return state
+            if type(bg).__name__ == "MT19937":
+                gview = _gauss_view(_NP_RAND, int(bg.ctypes.state_address))
+                view = _view(int(bg.ctypes.state_address)) if gview is not None else None
+        except (AttributeError, TypeError, ImportError, ValueError):
+            view = gview = None
+        state = None
+    if view is not None and state is not None and view == raw and gview == graw:
+        return state
     state = np.random.get_state(legacy=False)
-    _np_seen = (bg, view, _copy(view), state)
+    _np_seen = (bg, view, _copy(view), gview, _copy(gview), state)
     return state
+
+
+def _aug_offset(rs: np.random.RandomState, state_address: int) -> int | None:
+    """Offset in ``rs``'s object of its ``aug_bitgen_t`` (``bitgen_t *bit_generator;
+    int has_gauss; double gauss``, numpy/random/_common.pxd), found, not assumed:
+    ``RandomState`` holds a ``bitgen_t`` whose first field is the MT19937 state's
+    address (``state_address``), and the ``aug_bitgen_t`` begins with a pointer to
+    that ``bitgen_t``. None if either is not found in the object's basic size."""
+    n = type(rs).__basicsize__ // 8
+    words = (ctypes.c_uint64 * n).from_address(id(rs))
+    bitgen = next((8 * i for i in range(n) if words[i] == state_address), None)
+    if bitgen is None:
+        return None
+    return next((8 * i for i in range(n - 2) if words[i] == id(rs) + bitgen), None)
+
+
+def _gauss_view(rs: np.random.RandomState, state_address: int) -> memoryview | None:
+    """``rs``'s ``has_gauss`` and ``gauss`` in place, as two 64-bit words (the int, its
+    padding and the double; a change of the padding alone only costs a full capture),
+    or None where the layout is not found or does not read as ``get_state`` reports.
+
+    The layout is checked on a private ``RandomState`` of the same type (a normal drawn
+    sets ``has_gauss`` 1 and ``gauss``, the next clears it) and on ``rs`` itself."""
+    def reads(obj: np.random.RandomState, off: int) -> tuple[int, float]:
+        hg = ctypes.c_int.from_address(id(obj) + off + 8).value
+        return hg, ctypes.c_double.from_address(id(obj) + off + 16).value
+
+    def agrees(obj: np.random.RandomState, off: int) -> bool:
+        st = obj.get_state(legacy=False)
+        return reads(obj, off) == (st["has_gauss"], st["gauss"])
+
+    probe = type(rs)(0)
+    off = _aug_offset(probe, int(probe._bit_generator.ctypes.state_address))
+    if off is None or off != _aug_offset(rs, state_address) or not agrees(probe, off):
+        return None
+    probe.standard_normal()
+    first = agrees(probe, off) and reads(probe, off)[0] == 1
+    probe.standard_normal()
+    if not (first and agrees(probe, off) and reads(probe, off)[0] == 0 and agrees(rs, off)):
+        return None
+    return memoryview((ctypes.c_char * 16).from_address(id(rs) + off + 8)).cast("B").cast("Q")
 
 
 def _view(addr: int) -> memoryview:
@@ -90,7 +138,7 @@ def _view(addr: int) -> memoryview:
 
 def _copy(view: memoryview | None) -> memoryview | None:
     """A copy of ``view``'s words (None for None), comparable with it by ``==``."""
-    return None if view is None else memoryview(view.tobytes()).cast("I")
+    return None if view is None else memoryview(view.tobytes()).cast(view.format)
 
 
 _PY_OFFSET = 16
@@ -159,9 +207,9 @@ def capture_rng_raw() -> tuple:
     view, raw, py = _py_seen
     if py is None or _PY_INST.gauss_next is not py[2] or view is None or view != raw:
         py = _python_state()
-    bg, view, raw, npst = _np_seen
-    if (npst is None or npst["has_gauss"] or _NP_RAND._bit_generator is not bg
-            or view is None or view != raw):
+    bg, view, raw, gview, graw, npst = _np_seen
+    if (npst is None or _NP_RAND._bit_generator is not bg or view is None or view != raw
+            or gview != graw):
         npst = _numpy_state()
     # is_initialized implies is_available (1.5 µs warm, up to ~70 µs right after a
     # training step on a host without a GPU); its module flag, read first, spares the
@@ -213,7 +261,7 @@ def rng_state(raw: tuple) -> dict:
 def restore_rng(state: dict) -> None:
     """Set every RNG stream from :func:`capture_rng`'s output (no draw in between)."""
     global _np_seen, _py_seen
-    _np_seen = (None, None, None, None)  # a set state may match the last key with another gauss
+    _np_seen = (None, None, None, None, None, None)
     _py_seen = (None, None, None)
     py = state["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))

@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jitbench.runtime import rng as rng_mod
 from jitbench.runtime.events import EventLog, read_events
 from jitbench.runtime.rng import capture_rng, capture_rng_raw, restore_rng, rng_state
 from jitbench.runtime.state import Boundary, Registered, copy_small
@@ -114,6 +115,44 @@ def test_numpy_capture_sees_every_move_of_the_stream():
     restore_rng(d)
     assert np.random.standard_normal() == x
     random.random()
+
+
+def test_numpy_capture_sees_a_reseed_that_returns_to_a_key_with_another_gauss():
+    """Field case of the hypothesis test below: seed(3) and two normals, a capture, then
+    seed(3) and one normal give the same key and position with has_gauss 1 instead of
+    0; the capture compared only key and position (since 2026-11) and returned the
+    stale has_gauss 0. The cached Gaussian is compared too now, and a capture that
+    holds one is still returned again while nothing moved."""
+    np.random.seed(3)
+    np.random.standard_normal()
+    np.random.standard_normal()
+    assert capture_rng_raw()[1]["has_gauss"] == 0
+    np.random.seed(3)
+    g = np.random.standard_normal()
+    got, now = capture_rng_raw()[1], np.random.get_state(legacy=False)
+    assert (got["state"]["pos"], got["has_gauss"], got["gauss"]) == (
+        now["state"]["pos"], now["has_gauss"], now["gauss"]) and got["has_gauss"] == 1
+    assert capture_rng_raw()[1] is got  # unmoved, Gaussian cached: no new get_state
+    np.random.standard_normal()
+    assert capture_rng_raw()[1]["has_gauss"] == 0
+    np.random.seed(3)
+    assert np.random.standard_normal() == g
+
+
+def test_numpy_capture_without_a_readable_gauss_is_full_each_time(monkeypatch):
+    """Where the RandomState's cached Gaussian cannot be read in place (another numpy's
+    layout), every capture calls get_state: correct, only slower."""
+    monkeypatch.setattr(rng_mod, "_gauss_view", lambda rs, addr: None)
+    monkeypatch.setattr(rng_mod, "_np_seen", (None,) * 6)
+    np.random.seed(3)
+    a = capture_rng_raw()[1]
+    assert rng_mod._np_seen[1] is None and capture_rng_raw()[1] is not a
+    np.random.standard_normal()
+    np.random.standard_normal()
+    capture_rng_raw()
+    np.random.seed(3)
+    np.random.standard_normal()
+    assert capture_rng_raw()[1]["has_gauss"] == 1
 
 
 def test_copy_small_is_a_deep_copy():
@@ -286,7 +325,6 @@ def test_cuda_streams_are_read_from_each_devices_generator(monkeypatch):
     order, read from torch.cuda.default_generators (what get_rng_state_all returns,
     without its Python per device); where those do not match the device count it calls
     get_rng_state_all. Simulated here: this machine has no GPU."""
-    from jitbench.runtime import rng as rng_mod
 
     class Gen:
         def __init__(self, i):
@@ -306,7 +344,24 @@ def test_cuda_streams_are_read_from_each_devices_generator(monkeypatch):
     assert rng_mod.capture_rng_raw()[3] == ["all"]
 
 
+def _saved_states() -> tuple:
+    """python's and numpy's streams after seed(5) and one Gaussian (a cached one in both)."""
+    py, npst = random.getstate(), np.random.get_state()
+    random.seed(5)
+    random.gauss()
+    np.random.seed(5)
+    np.random.standard_normal()
+    out = random.getstate(), np.random.get_state()
+    random.setstate(py)
+    np.random.set_state(npst)
+    return out
+
+
+_SAVED = _saved_states()
+
 _DRAWS = {
+    "py setstate": lambda: random.setstate(_SAVED[0]),
+    "np set_state": lambda: np.random.set_state(_SAVED[1]),
     "py random": lambda: random.random(),
     "py one twist": lambda: [random.getrandbits(32) for _ in range(624)],
     "py gauss": lambda: random.gauss(),
@@ -323,8 +378,9 @@ _DRAWS = {
 @given(st.lists(st.sampled_from(sorted(_DRAWS)), max_size=12))
 def test_capture_equals_both_streams_after_any_draws(draws):
     """The unmoved-stream checks compare five sampled words of each Twister (position and
-    four key words), not all 625: after any sequence of draws, twists and reseeds, the
-    capture still equals what random.getstate and np.random.get_state return."""
+    four key words), not all 625, and numpy's cached Gaussian: after any sequence of
+    draws, twists, reseeds and set states, the capture still equals what
+    random.getstate and np.random.get_state return."""
     random.seed(1)
     np.random.seed(1)
     for name in draws:
