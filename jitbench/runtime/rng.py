@@ -127,7 +127,10 @@ def _view(addr: int) -> memoryview:
     seeding rewrites the key and the position. A stream that moved therefore
     has another position word or a regenerated key, in which each of the four
     sampled key words is unchanged with probability 2^-32: a move goes unseen
-    with probability 2^-128. Reading 5 words instead of 625 touches 5 cache
+    with probability 2^-128 (2^-96 right after numpy's array seeding, which
+    sets key word 0, one of the sampled ones, to 0x80000000). A state set from
+    outside (``setstate``, ``set_state``) that differs from the last capture only
+    in unsampled words would go unseen: no generator produces one. Reading 5 words instead of 625 touches 5 cache
     lines of the generator instead of 40; right after a training step, from cold
     caches, that is most of the checks' cost: the RNG capture less torch's
     stream (both checks and the CUDA check) went from 19.9 to 11.5 µs per step

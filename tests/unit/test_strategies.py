@@ -12,6 +12,7 @@ from jitbench.runtime.config import EXIT_FAILURE, RuntimeConfig
 from jitbench.runtime.core import Runtime
 from jitbench.runtime.events import EventLog, read_events
 from jitbench.runtime.strategies.base import Strategy
+from jitbench.runtime.strategies.jit import JustInTime
 from tests.conftest import one_rank_runtime
 
 
@@ -59,6 +60,46 @@ def test_a_strategy_recovering_in_process_repeats_the_failed_step(tmp_path, monk
     evs = read_events(tmp_path / "ev")
     assert [e["step"] for e in evs if e["event"] == "step" and e["phase"] == "end"] == [1, 2, 3]
     assert [e["trigger"] for e in evs if e["event"] == "failure"] == ["collective_error"]
+
+
+class JitWithWork(JustInTime):
+    """A subclass of jit with work of its own at the optimizer step and the boundary."""
+
+    def __init__(self, config: RuntimeConfig) -> None:
+        super().__init__(config)
+        self.seen: list[tuple[str, int]] = []
+
+    def on_optimizer_step(self, rt: Runtime) -> None:
+        self.seen.append(("optimizer", rt.step_in_progress))
+        super().on_optimizer_step(rt)
+
+    def at_boundary(self, rt: Runtime, step: int) -> None:
+        self.seen.append(("boundary", step))
+        super().at_boundary(rt, step)
+
+
+def test_a_subclass_s_hooks_run_whatever_its_parent_s_flags_say(tmp_path, monkeypatch):
+    """The runtime calls a strategy's optimizer-step and boundary hooks only where its
+    hooks_* flags say so (read at register and set_strategy); jit's say no without a
+    GPU or a backstop, and a subclass that overrides the hooks is still called."""
+    monkeypatch.setitem(strategies.REGISTRY, "jit-with-work", strategies.Entry(
+        "jit-with-work", f"{__name__}:JitWithWork", "test: a jit subclass"))
+    rt, model, opt = one_rank_runtime(tmp_path, "jit-with-work")
+    try:
+        assert not JustInTime.hooks_boundary(JustInTime(rt.config), rt)
+        assert not JustInTime.hooks_optimizer_step(JustInTime(rt.config), rt)
+        for step in rt.steps(1, 2):
+            with rt.step(step):
+                model(torch.ones(1, 2)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+        assert rt.strategy.seen == [("optimizer", 1), ("boundary", 1),
+                                    ("optimizer", 2), ("boundary", 2)]
+    finally:
+        rt.close()
+    plain = JustInTime(rt.config)
+    plain.at_boundary = lambda rt_, step: None  # set on the instance: asked for too
+    assert plain.hooks_boundary(rt) and not plain.hooks_optimizer_step(rt)
 
 
 def test_set_strategy_refuses_unknown_names_and_missing_intervals(tmp_path):

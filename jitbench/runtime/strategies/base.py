@@ -67,7 +67,7 @@ from jitbench.runtime.strategies import REGISTRY
 if TYPE_CHECKING:
     from jitbench.runtime.core import RestoreResult, Runtime
 
-__all__ = ["Loaded", "Strategy"]
+__all__ = ["Loaded", "Strategy", "overrides"]
 
 
 @dataclass
@@ -142,8 +142,8 @@ class Strategy:
         """Whether :meth:`on_optimizer_step` has work for ``rt`` as registered now (asked
         when the strategy is set and at each ``register``); False spares the call at
         every step (several µs right after a CPU training step). Default: whether the
-        class overrides it."""
-        return type(self).on_optimizer_step is not Strategy.on_optimizer_step
+        class (or the instance) overrides it."""
+        return overrides(self, "on_optimizer_step", Strategy)
 
     def at_boundary(self, rt: Runtime, step: int) -> None:
         """Step ``step`` has completed and its end event is written (main thread); called
@@ -152,8 +152,8 @@ class Strategy:
     def hooks_boundary(self, rt: Runtime) -> bool:
         """Whether :meth:`at_boundary` has work for ``rt`` (asked when the strategy is set
         and at each ``register``, as :meth:`hooks_optimizer_step`); False spares the call
-        at every step. Default: whether the class overrides it."""
-        return type(self).at_boundary is not Strategy.at_boundary
+        at every step. Default: whether the class (or the instance) overrides it."""
+        return overrides(self, "at_boundary", Strategy)
 
     def on_failure(self, rt: Runtime, trigger: str, phase: str) -> int | None:
         """React to a failure (``trigger``: ``hang``, ``sigterm``, ``exception``, ...;
@@ -189,3 +189,11 @@ class Strategy:
 
     def on_exit(self, rt: Runtime) -> None:
         """The process is ending after a failure; must not block for long."""
+
+
+def overrides(strategy: Strategy, name: str, owner: type) -> bool:
+    """Whether ``strategy``'s method ``name`` is another function than ``owner``'s: a
+    subclass's override, or a function set on the instance (what the ``hooks_*``
+    flags ask, so that a subclass's work is never skipped for its parent's flag)."""
+    fn = getattr(strategy, name)
+    return getattr(fn, "__func__", fn) is not getattr(owner, name)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from jitbench.runtime.checkpoint import CheckpointWriteError
 from jitbench.runtime.config import EXIT_FAILURE, EXIT_FAILURE_SAVED, RuntimeConfig
-from jitbench.runtime.strategies.base import Strategy
+from jitbench.runtime.strategies.base import Strategy, overrides
 from jitbench.runtime.writers import agree_writers
 
 if TYPE_CHECKING:
@@ -61,20 +61,24 @@ class JustInTime(Strategy):
         rt.boundary.device_events.sync()
 
     def hooks_optimizer_step(self, rt: Runtime) -> bool:
-        # the wait has work only where the state lives on a GPU
-        return bool(rt.boundary.device_events.devices)
+        # the wait has work only where the state lives on a GPU; a subclass's own
+        # on_optimizer_step always runs
+        return (overrides(self, "on_optimizer_step", JustInTime)
+                or bool(rt.boundary.device_events.devices))
 
     @property
     def backstop(self) -> int:
         """Steps between the backstop's periodic checkpoints (0: none): the registry
         option ``backstop`` (``jit:backstop=N``), else ``RuntimeConfig.interval``. Read
-        from the live config at every boundary (a strategy switch may change it)."""
+        when the strategy is set (``Runtime.set_strategy``, ``register``:
+        :meth:`hooks_boundary`) and at every boundary where it is not 0."""
         return int(self.config.options.get("backstop") or self.config.interval or 0)
 
     def hooks_boundary(self, rt: Runtime) -> bool:
-        # only the backstop has work at a boundary; its interval is fixed while this
-        # strategy is set (set_strategy asks again)
-        return self.backstop > 0
+        # only the backstop has work at a boundary (its interval is fixed while this
+        # strategy is set: set_strategy asks again); a subclass's own at_boundary
+        # always runs
+        return overrides(self, "at_boundary", JustInTime) or self.backstop > 0
 
     def at_boundary(self, rt: Runtime, step: int) -> None:
         every = self.backstop
