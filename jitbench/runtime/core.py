@@ -353,7 +353,8 @@ class Runtime:
     def step(self, step: int) -> Iterator[dict]:
         """Mark one optimizer step; yields a dict whose items go into the step's end event
         (read when the block ends: the event log keeps the dict itself, so leave it as it
-        is after the block).
+        is after the block; a key that names one of the event's own fields, such as
+        ``phase`` or ``step``, is written as ``info.<key>``).
 
         Everything the step does (fetching its batch, forward, backward,
         optimizer and scheduler steps) belongs inside. An exception escaping

@@ -163,7 +163,9 @@ class EventLog:
         """Queue the ``step`` end event of ``step`` (as :meth:`step_begin`): what
         ``emit("step", "end", step=step, dur_s=dur_s, rt_s=rt_s, **info)`` writes, with
         ``t_mono`` (s) the caller's clock read; ``info``'s values are frozen now
-        (:func:`_freeze`), the dict is not copied (the caller hands it over)."""
+        (:func:`_freeze`), the dict is not copied (the caller hands it over). A key of
+        ``info`` that names one of the event's own fields (``phase``, ``step``,
+        ``dur_s``, ``rank``, ...) is written as ``info.<key>`` beside it."""
         for v in info.values():  # a loop: cheaper than a cold C builtin here
             if type(v) not in _ATOMS:
                 info = {k: v if type(v) in _ATOMS else _freeze(v) for k, v in info.items()}
@@ -195,8 +197,7 @@ class EventLog:
         with self._lock:
             fd = self._fd
         if batch and fd >= 0:
-            data = "".join([json.dumps(r if type(r) is dict else _step_record(r),
-                                       default=_jsonable) + "\n" for r in batch]).encode()
+            data = "".join([_line(r) + "\n" for r in batch]).encode()
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
@@ -251,8 +252,36 @@ def _step_record(t: tuple) -> dict:
         if cpu_s is not None:
             rec["cpu_s"] = cpu_s
         return rec
-    return {"event": "step", "phase": "end", "t_wall": t_wall, "t_mono": t_mono, **base,
-            "step": step, "dur_s": dur_s, "rt_s": rt_s, **info}
+    rec = {"event": "step", "phase": "end", "t_wall": t_wall, "t_mono": t_mono, **base,
+           "step": step, "dur_s": dur_s, "rt_s": rt_s}
+    for k, v in info.items():
+        if k in rec:  # the caller's "phase", "step", "rank", ...: kept beside the event's own
+            rec[f"info.{k}"] = v
+        else:
+            rec[k] = v
+    return rec
+
+
+def _line(r: dict | tuple) -> str:
+    """One queued event (a dict from ``emit``, a step tuple) as its JSON line, no newline.
+
+    Never raises: a key JSON cannot write (a tuple, anywhere in the event) is written as
+    its ``str``, so one odd field never costs the writer thread its batch."""
+    rec = r if type(r) is dict else _step_record(r)
+    try:
+        return json.dumps(rec, default=_jsonable)
+    except TypeError:  # keys only: every value has a default
+        return json.dumps(_str_keys(rec), default=_jsonable)
+
+
+def _str_keys(v: Any) -> Any:
+    """``v`` with every dict key that JSON cannot write (not str, int, float, bool or None)
+    made its ``str``, at every depth."""
+    if type(v) is dict:
+        return {k if type(k) in _ATOMS else str(k): _str_keys(x) for k, x in v.items()}
+    if type(v) is list:
+        return [_str_keys(x) for x in v]
+    return v
 
 
 FLUSH_S = 0.02

@@ -81,6 +81,26 @@ def test_step_events_are_the_lines_emit_writes_in_order(tmp_path):
     assert got[3]["ids"] == [1] and got[3]["gen"] == 4 and "gen" not in got[2]
 
 
+def test_a_step_s_info_never_overrides_the_event_nor_loses_the_batch(tmp_path):
+    """A step's info key that names one of the event's own fields (phase, step, rank) is
+    written beside it as info.<key>; a key JSON cannot write (a tuple, also nested in an
+    emitted field) is written as its str instead of killing the writer's batch (the
+    step's begin line, queued before it, was lost with it)."""
+    log = EventLog(tmp_path / "a.jsonl", 2, 0)
+    log.step_begin(1, 1.0)
+    log.step_end(1, 2.0, 0.5, 1e-5, {"phase": "warmup", "step": 9, "rank": 7, (1, 2): 3,
+                                     "loss": 1.5})
+    log.emit("probe", nested={(3,): [{(4, 5): 6}]})
+    log.step_begin(2, 3.0)
+    log.close()
+    begin, end, probe, begin2 = _lines(tmp_path / "a.jsonl")
+    assert (begin["phase"], begin["step"], begin2["step"]) == ("begin", 1, 2)
+    assert (end["event"], end["phase"], end["step"], end["rank"]) == ("step", "end", 1, 2)
+    assert (end["info.phase"], end["info.step"], end["info.rank"]) == ("warmup", 9, 7)
+    assert end["(1, 2)"] == 3 and end["loss"] == 1.5
+    assert probe["nested"] == {"(3,)": [{"(4, 5)": 6}]}
+
+
 def test_rebind_keeps_earlier_events_in_the_old_file(tmp_path):
     log = EventLog(tmp_path / "a.jsonl", -1, 0)
     log.emit("spare")
