@@ -167,6 +167,7 @@ class Runtime:
         self._fail_lock = threading.Lock()
         self._failing = False
         self._leaving = threading.Event()  # this process has decided to end (see leaving)
+        self._sigterm = False  # SIGTERM arrived: leaving too, set with no lock (_on_sigterm)
         # taken to set _leaving (except in the SIGTERM handler) and before the process
         # ends; the fault injector holds it while it commits a fault (leave_lock)
         self._leave_lock = threading.RLock()
@@ -189,9 +190,9 @@ class Runtime:
         self._notices: Any = None
         # SIGTERM always ends this process: from the moment it arrives, no new step starts
         # (the handler runs on the main thread between two bytecodes, maybe inside a
-        # section that holds an event log's lock: it sets the flag without _leave_lock)
+        # section that holds a lock: it sets a plain flag, _on_sigterm)
         self.watchdog = Watchdog(config, events, lambda: (self._phase, self._phase_since),
-                                 self.fail, on_term=self._leaving.set)
+                                 self.fail, on_term=self._on_sigterm)
         self._record_step = self.watchdog.hang.record
         self._bind_strategy()
 
@@ -222,7 +223,18 @@ class Runtime:
         must not consume the fault (:class:`jitbench.faults.base.Injector` holds
         there): the process may end at any moment, before the fault's event is
         written or the fault acts."""
-        return self._leaving.is_set()
+        return self._sigterm or self._leaving.is_set()
+
+    def _on_sigterm(self) -> None:
+        """The SIGTERM handler's work: from now on no new step starts (:attr:`leaving`).
+
+        Runs on the main thread between two bytecodes, inside whatever it was running,
+        so it takes no lock: not :attr:`leave_lock`, and not ``_leaving``'s either,
+        whose ``Event.set`` waits for the condition lock that the main thread holds
+        inside its own ``_set_leaving`` (a collective error declared as SIGTERM
+        arrived), forever. A plain attribute store; the watchdog thread, woken
+        through the signal's wakeup fd, declares the failure."""
+        self._sigterm = True
 
     @property
     def leave_lock(self) -> threading.RLock:
@@ -399,7 +411,7 @@ class Runtime:
         self._phase, self._phase_since = "boundary", time.monotonic()
 
     def _begin(self, step: int) -> None:
-        if self._leaving.is_set():
+        if self._sigterm or self._leaving.is_set():
             # another thread (the watchdog: SIGTERM, a fatal Xid, a notice) is saving and
             # ending this process: start nothing that peers would wait in or run ahead on
             self._save_done.wait(self.config.save_lock_timeout_s + 60)

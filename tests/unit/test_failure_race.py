@@ -72,3 +72,35 @@ def test_a_failure_inside_the_optimizer_step_saves_that_steps_boundary(tmp_path,
              if e["event"] == "save"]
     assert saves == [("begin", 4, None, None), ("end", 4, True, None)], saves
     assert codes == [EXIT_FAILURE_SAVED]
+
+
+def test_sigterm_while_the_main_thread_is_inside_leaving_s_event_ends_the_process(tmp_path):
+    """Field case (tests/dist/test_hygiene.py, SIGKILL of the harness under CI load): a
+    worker's collective failed as SIGTERM arrived; its main thread, in fail ->
+    _set_leaving -> Event.set, held the event's condition lock when the SIGTERM
+    handler ran on it between two bytecodes and called the same Event.set: the main
+    thread waited for itself forever, the watchdog's failure waited for it, and the
+    worker outlived its agent. The handler now takes no lock; here it runs while the
+    main thread holds that lock, and the watchdog still declares the failure, saves
+    and ends the process."""
+    codes: list[int] = []
+    rt, model, opt = one_rank_runtime(tmp_path, "jit", exit_fn=codes.append)
+    try:
+        for step in rt.steps(1, 2):
+            with rt.step(step):
+                model(torch.ones(1, 2)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+        with rt._leaving._cond:  # what the main thread holds inside Event.set
+            signal.raise_signal(signal.SIGTERM)  # the handler runs here, on this thread
+            assert rt.leaving
+        deadline = time.monotonic() + 20
+        while not codes and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        rt.close()
+    evs = read_events(tmp_path / "ev")
+    assert [e["trigger"] for e in evs if e["event"] == "failure"] == ["sigterm"]
+    assert [(e["phase"], e.get("step")) for e in evs if e["event"] == "save"] == [
+        ("begin", 2), ("end", 2)]
+    assert codes == [EXIT_FAILURE_SAVED]
