@@ -63,8 +63,9 @@ def _numpy_state() -> dict:
         view = gview = None
         try:
             if type(bg).__name__ == "MT19937":
-                gview = _gauss_view(_NP_RAND, int(bg.ctypes.state_address))
-                view = _view(int(bg.ctypes.state_address)) if gview is not None else None
+                addr = int(bg.ctypes.state_address)
+                gview = _gauss_view(_NP_RAND, addr)
+                view = _view(addr) if gview is not None else None
         except (AttributeError, TypeError, ImportError, ValueError):
             view = gview = None
         state = None
@@ -130,9 +131,9 @@ def _view(addr: int) -> memoryview:
     with probability 2^-128 (2^-96 right after numpy's array seeding, which
     sets key word 0, one of the sampled ones, to 0x80000000). A state set from
     outside (``setstate``, ``set_state``) that differs from the last capture only
-    in unsampled words would go unseen: no generator produces one. Reading 5 words instead of 625 touches 5 cache
-    lines of the generator instead of 40; right after a training step, from cold
-    caches, that is most of the checks' cost: the RNG capture less torch's
+    in unsampled words would go unseen: no generator produces one. Reading 5 words
+    instead of 625 touches 5 cache lines of the generator instead of 40; right
+    after a training step, from cold caches, that is most of the checks' cost: the RNG capture less torch's
     stream (both checks and the CUDA check) went from 19.9 to 11.5 µs per step
     (``benchmarks/runtime-step-cost.txt``, run 7, medians)."""
     whole = memoryview((ctypes.c_char * _MT_BYTES).from_address(addr)).cast("B").cast("I")
@@ -187,8 +188,8 @@ def _python_view(inst: random.Random) -> memoryview | None:
     """The sampled words of ``inst``'s raw state (:func:`_view`) if its layout matches
     its ``getstate``, else None."""
     try:
-        whole = memoryview((ctypes.c_char * _MT_BYTES).from_address(id(inst) + _PY_OFFSET))
-        b, words = whole.tobytes(), inst.getstate()[1]
+        b = ctypes.string_at(id(inst) + _PY_OFFSET, _MT_BYTES)
+        words = inst.getstate()[1]
         ok = (len(words) == 625 and int.from_bytes(b[:4], "little", signed=True) == words[-1]
               and all(int.from_bytes(b[4 + 4 * i:8 + 4 * i], "little") == words[i]
                       for i in range(624)))

@@ -264,7 +264,7 @@ class Boundary:
                 # builtin's first call costs µs, the loop's bytecodes are warm (with
                 # the refresh call gone from _end, the snapshot less its RNG capture went
                 # from 27.6 to 18.4 µs per step, benchmarks/runtime-step-cost.txt, run 7)
-                for v in d.values():
+                for k, v in d.items():
                     if type(v) in _ATOMS:
                         continue
                     if type(v) is tuple:
@@ -273,10 +273,7 @@ class Boundary:
                                 break
                         else:
                             continue  # a tuple of immutable values (Adam's betas): shared
-                    for k, v2 in d.items():  # a tensor lr, a list, a tuple holding a tensor
-                        if type(v2) not in _ATOMS:
-                            d[k] = copy_small(v2)
-                    break
+                    d[k] = copy_small(v)  # a tensor lr, a list, a tuple holding a tensor
                 groups.append(d)
         sched = r.scheduler
         snap = {
