@@ -11,6 +11,9 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import random
+import struct
+import sys
+import threading
 
 import numpy as np
 import torch
@@ -199,22 +202,22 @@ def _python_view(inst: random.Random) -> memoryview | None:
 
 
 def capture_rng_raw() -> tuple:
-    """Every RNG stream's state as its own API returns it, unconverted (the per-step
-    hot path; :func:`rng_state` converts it when a checkpoint is written).
-    Torch's part is a copy (``torch.get_rng_state`` returns a new tensor);
-    python's and numpy's are the last full capture while their stream has not
-    moved (:func:`_python_state`, :func:`_numpy_state`), read-only. About 4 µs
-    per call on a Xeon core when neither moved, up to 60 µs when both did."""
-    # the unmoved-stream checks of _python_state and _numpy_state inline: a function
-    # call costs several µs right after a training step (cold caches), the checks
-    # themselves about one
-    view, raw, py = _py_seen
-    if py is None or _PY_INST.gauss_next is not py[2] or view is None or view != raw:
-        py = _python_state()
-    bg, view, raw, gview, graw, npst = _np_seen
-    if (npst is None or _NP_RAND._bit_generator is not bg or view is None or view != raw
-            or gview != graw):
-        npst = _numpy_state()
+    """Every RNG stream's state as its own API returns it, unconverted: python's
+    (:func:`random.getstate`), numpy's (``get_state(legacy=False)``), torch's CPU
+    stream and each CUDA device's (a list, empty where CUDA is not initialised);
+    :func:`rng_state` converts it when a checkpoint is written.
+
+    Torch's CPU stream is a copy of its generator's state (:func:`_torch_state`: bytes,
+    or ``get_state``'s tensor where the layout is not found); python's and numpy's are
+    the last full capture while their stream has not moved (:func:`_python_state`,
+    :func:`_numpy_state`), read-only. :meth:`jitbench.runtime.state.Boundary.take`, the
+    per-step hot path, writes this out with each stream's check inline."""
+    return _python_state(), _numpy_state(), _torch_state(), _cuda_states()
+
+
+def _cuda_states() -> list:
+    """Each CUDA device's generator state (a tensor each, in device order), or [] where
+    CUDA is not initialised in this process."""
     # is_initialized implies is_available (1.5 µs warm, up to ~70 µs right after a
     # training step on a host without a GPU); its module flag, read first, spares the
     # call (5 µs from cold caches) in a process that never initialised CUDA
@@ -222,11 +225,9 @@ def capture_rng_raw() -> tuple:
         # what get_rng_state_all returns (each device's generator state, in device order)
         # without its per-device lazy-init check and device parsing in Python
         gens = getattr(_cuda, "default_generators", ())
-        cuda = ([g.get_state() for g in gens] if len(gens) == _cuda.device_count()
+        return ([g.get_state() for g in gens] if len(gens) == _cuda.device_count()
                 else _cuda.get_rng_state_all())
-    else:
-        cuda = []
-    return py, npst, _torch_state(), cuda
+    return []
 
 
 _cuda = torch.cuda
@@ -236,10 +237,163 @@ process; ``is_initialized`` is it and not a bad fork). Without it, every capture
 ``is_initialized``."""
 
 
-_torch_state = torch.default_generator.get_state
-"""torch's CPU stream (a new ``uint8`` tensor of 5,056 bytes): what
-``torch.get_rng_state`` returns, without its Python wrapper (a third less from
-cold caches right after a training step)."""
+_TORCH_GEN = torch.default_generator
+"""torch's CPU generator (``torch.get_rng_state`` reads it)."""
+
+_torch_get_state = _TORCH_GEN.get_state
+"""torch's CPU stream as a new ``uint8`` tensor of 5,056 bytes: what
+``torch.get_rng_state`` returns, without its Python wrapper."""
+
+_ENGINE_BYTES = 8 + 4 + 4 + 4 + 624 * 4 + 4
+"""``at::mt19937_data_pod`` (ATen/core/MT19937RNGEngine.h: ``uint64_t seed_; int left_;
+bool seeded_; uint32_t next_; std::array<uint32_t, 624> state_``), padded to 8 bytes:
+2,520. ``CPUGeneratorImpl`` (ATen/CPUGeneratorImpl.h) holds it as ``engine_``."""
+
+_IMAGE_BYTES = _ENGINE_BYTES + 8 + 16
+"""The engine and the two members after it, ``std::optional<float>
+next_float_normal_sample_`` (8 bytes) and ``std::optional<double>
+next_double_normal_sample_`` (16; a normal drawn singly caches its pair there): all
+of a CPU generator's state that ``get_state`` reads, 2,544 bytes."""
+
+_torch_engine: memoryview | None = None
+"""The default CPU generator's state in place (:data:`_IMAGE_BYTES`, format ``B``) once
+found and checked (:func:`_torch_state`); None: not yet, or every capture is
+``get_state``'s tensor."""
+
+_torch_looked = False
+"""Whether :func:`_torch_state` looked for :data:`_torch_engine` in this process."""
+
+_converter: tuple = (None, None, threading.Lock())
+"""A private CPU generator, its state in place, and the lock that serialises conversions
+through it (:func:`_image_state`)."""
+
+
+def _torch_state() -> bytes | torch.Tensor:
+    """torch's CPU stream: a copy of its generator's state (an image of
+    :data:`_IMAGE_BYTES` bytes, converted to ``get_state``'s tensor by
+    :func:`rng_state`) where the layout was found (:func:`_find_images`, the first call
+    in a process), else ``get_state``'s tensor.
+
+    ``get_state`` allocates a tensor and writes the legacy 5,056-byte form: 15-20 µs
+    right after a CPU training step (cold caches), where the copy of the 2,544 bytes
+    costs 10-14 µs (``benchmarks/runtime-step-cost.txt``); the conversion runs only
+    when a checkpoint is written. Like ``get_state`` it reads a state that no other
+    thread is drawing from; unlike it, it does not take the generator's mutex, so a
+    draw on another thread during the copy (a run that is not reproducible anyway)
+    could tear it: :func:`_image_state` refuses an image whose position is out of range.
+    """
+    global _torch_engine, _torch_looked
+    if not _torch_looked:
+        _torch_looked = True
+        _torch_engine = _find_images()
+    if _torch_engine is not None:
+        return bytes(_torch_engine)
+    return _torch_get_state()
+
+
+def _image_state(image: bytes) -> torch.Tensor:
+    """``get_state``'s tensor (``CPUGeneratorImplState``, 5,056 bytes) of a CPU
+    generator whose state is ``image`` (:func:`_torch_state`): the image is written into
+    a private generator of the same layout, which then serialises it.
+
+    Raises:
+        ValueError: ``image`` is not an image of this layout (its size, or a position
+            ``left_`` outside 1..624: a torn copy).
+    """
+    gen, state, lock = _converter
+    left = struct.unpack_from("<i", image, 8)[0] if len(image) == _IMAGE_BYTES else 0
+    if gen is None or not 1 <= left <= 624:
+        raise ValueError(f"not an image of torch's CPU generator ({len(image)} bytes, "
+                         f"position {left})")
+    with lock:
+        state[:] = image
+        return gen.get_state()
+
+
+def _readable(addr: int, size: int) -> bool:
+    """Whether ``[addr, addr + size)`` lies in one readable mapping of this process
+    (``/proc/self/maps``, Linux; False elsewhere or where it cannot be read)."""
+    try:
+        with open("/proc/self/maps", encoding="ascii") as f:
+            for line in f:
+                span, perms = line.split()[:2]
+                lo, hi = (int(x, 16) for x in span.split("-"))
+                if lo <= addr and addr + size <= hi:
+                    return perms.startswith("rw")
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def _engine_address(gen: torch.Generator) -> int | None:
+    """Address of ``gen``'s ``at::mt19937_data_pod`` (:data:`_ENGINE_BYTES`), found, not
+    assumed: the Python object holds ``at::Generator`` (one pointer to its
+    ``CPUGeneratorImpl``) right after ``PyObject_HEAD`` (torch/csrc/Generator.h), and
+    in the first 256 bytes of that object the engine is where ``get_state``'s seed,
+    position and all 624 key words are (``CPUGeneratorImplStateLegacy``,
+    ATen/CPUGeneratorImpl.cpp). Each span is checked mapped before it is read.
+    None where any of it does not hold."""
+    if sys.platform != "linux" or sys.maxsize < 2**32 or type(gen).__basicsize__ < 24:
+        return None
+    impl = ctypes.c_uint64.from_address(id(gen) + 16).value
+    if impl % 8 or not _readable(impl, 256 + 20):
+        return None
+    raw = gen.get_state().numpy().tobytes()
+    if len(raw) < 24 + 624 * 8:
+        return None
+    seed, left, _, nxt = struct.unpack_from("<QiiQ", raw, 0)
+    key = np.frombuffer(raw, dtype="<u8", count=624, offset=24)
+    for off in range(8, 256, 8):
+        got = struct.unpack("<QiBxxxI", ctypes.string_at(impl + off, 20))
+        if (got[0], got[1], got[3]) != (seed, left, nxt):
+            continue
+        if not _readable(impl + off, _IMAGE_BYTES):
+            return None
+        words = np.frombuffer(ctypes.string_at(impl + off + 20, 624 * 4), dtype=np.uint32)
+        return impl + off if np.array_equal(words, key) else None
+    return None
+
+
+def _find_images() -> memoryview | None:
+    """The default CPU generator's state in place (:data:`_torch_engine`), with the
+    private generator of :func:`_image_state` set up, if an image round-trips, else None.
+
+    Checked on a private generator before the default one is read: after each of a
+    draw, a normal drawn singly (its pair cached), the cached one consumed (the engine
+    does not move), a reseed and a twist (624 words), its image written into the
+    converter must make ``get_state`` return exactly the probe's; then the same for
+    the default generator as it is now."""
+    global _converter
+    probe, conv = torch.Generator(), torch.Generator()
+    probe.manual_seed(0x5EED)
+    conv.manual_seed(1)
+    found = [_engine_address(g) for g in (probe, conv, _TORCH_GEN)]
+    if None in found:
+        return None
+    probe_img, conv_img, gen_img = (
+        memoryview((ctypes.c_char * _IMAGE_BYTES).from_address(at)).cast("B") for at in found)
+    lock = _converter[2]
+
+    def round_trips(g: torch.Generator, img: memoryview) -> bool:
+        with lock:
+            conv_img[:] = bytes(img)
+            return torch.equal(conv.get_state(), g.get_state())
+
+    ops = (lambda: None,
+           lambda: torch.rand(1, generator=probe),
+           lambda: torch.randn(1, dtype=torch.float64, generator=probe),
+           lambda: torch.randn(1, dtype=torch.float64, generator=probe),
+           lambda: probe.manual_seed(0x5EED),
+           lambda: torch.randint(0, 2, (624,), generator=probe))
+    for op in ops:
+        op()
+        if not round_trips(probe, probe_img):
+            return None
+    _converter = (conv, conv_img, lock)
+    if not round_trips(_TORCH_GEN, gen_img):
+        _converter = (None, None, lock)
+        return None
+    return gen_img
 
 
 def capture_rng() -> dict:
@@ -256,7 +410,7 @@ def rng_state(raw: tuple) -> dict:
                   "key": torch.from_numpy(npst["state"]["key"].astype(np.int64)),
                   "pos": int(npst["state"]["pos"]), "has_gauss": int(npst["has_gauss"]),
                   "gauss": float(npst["gauss"])},
-        "torch": torch_state,
+        "torch": _image_state(torch_state) if type(torch_state) is bytes else torch_state,
         "cuda": list(cuda),
     }
     return state

@@ -33,9 +33,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from jitbench.runtime import rng as _rng
 from jitbench.runtime.checkpoint import CheckpointError
 from jitbench.runtime.device_copy import BoundaryEvents, cuda_devices
-from jitbench.runtime.rng import capture_rng_raw, rng_state
+from jitbench.runtime.rng import rng_state
 from jitbench.runtime.sharded import globalize, is_sharded, localize, shard_optimizer_state
 
 __all__ = ["REQUIRED_KEYS", "Boundary", "Registered", "apply_state", "check_state", "copy_small",
@@ -238,7 +239,21 @@ class Boundary:
         its ``state_dict`` by :meth:`assemble`), else a copy of its ``state_dict``.
         """
         r = self.reg
-        rng = rng if rng is not None else capture_rng_raw()
+        if rng is None:
+            # rng.capture_rng_raw written out (a call costs several µs right after a
+            # training step, from cold caches): python's and numpy's unmoved-stream
+            # checks inline, torch's CPU stream a copy of its generator's state
+            view, raw, py = _rng._py_seen
+            if py is None or _rng._PY_INST.gauss_next is not py[2] or view is None or view != raw:
+                py = _rng._python_state()
+            bg, view, raw, gview, graw, npst = _rng._np_seen
+            if (npst is None or _rng._NP_RAND._bit_generator is not bg or view is None
+                    or view != raw or gview != graw):
+                npst = _rng._numpy_state()
+            engine = _rng._torch_engine
+            rng = (py, npst, bytes(engine) if engine is not None else _rng._torch_state(),
+                   _rng._cuda_states() if _rng._CUDA_FLAGGED is False or _rng._cuda._initialized
+                   else [])
         live = self._live_buffers
         if into is not None and live is not None and len(into["buffers"]) == len(live):
             buffers = into["buffers"]  # the buffer list is unchanged: copied in place

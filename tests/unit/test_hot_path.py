@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -365,15 +366,19 @@ def test_cuda_streams_are_read_from_each_devices_generator(monkeypatch):
 
 
 def _saved_states() -> tuple:
-    """python's and numpy's streams after seed(5) and one Gaussian (a cached one in both)."""
-    py, npst = random.getstate(), np.random.get_state()
+    """python's, numpy's and torch's CPU streams after seed(5) and one Gaussian (a cached
+    one in each)."""
+    py, npst, ts = random.getstate(), np.random.get_state(), torch.get_rng_state()
     random.seed(5)
     random.gauss()
     np.random.seed(5)
     np.random.standard_normal()
-    out = random.getstate(), np.random.get_state()
+    torch.manual_seed(5)
+    torch.randn(1, dtype=torch.float64)
+    out = random.getstate(), np.random.get_state(), torch.get_rng_state()
     random.setstate(py)
     np.random.set_state(npst)
+    torch.set_rng_state(ts)
     return out
 
 
@@ -390,6 +395,13 @@ _DRAWS = {
     "np one twist": lambda: np.random.randint(0, 2**32, size=624, dtype=np.uint32),
     "np normal": lambda: np.random.standard_normal(),
     "np seed": lambda: np.random.seed(3),
+    "torch set_rng_state": lambda: torch.set_rng_state(_SAVED[2]),
+    "torch rand": lambda: torch.rand(3),
+    "torch one twist": lambda: torch.randint(0, 2, (624,)),
+    "torch normal cached": lambda: torch.randn(1, dtype=torch.float64),
+    "torch normals": lambda: torch.randn(20),
+    "torch dropout": lambda: torch.nn.functional.dropout(torch.ones(64), 0.5),
+    "torch seed": lambda: torch.manual_seed(3),
     "nothing": lambda: None,
 }
 
@@ -398,16 +410,68 @@ _DRAWS = {
 @given(st.lists(st.sampled_from(sorted(_DRAWS)), max_size=12))
 def test_capture_equals_both_streams_after_any_draws(draws):
     """The unmoved-stream checks compare five sampled words of each Twister (position and
-    four key words), not all 625, and numpy's cached Gaussian: after any sequence of
-    draws, twists, reseeds and set states, the capture still equals what
-    random.getstate and np.random.get_state return."""
+    four key words), not all 625, and numpy's cached Gaussian; torch's CPU stream is a
+    copy of its generator's memory: after any sequence of draws, twists, reseeds, cached
+    normals and set states, the capture still equals what random.getstate,
+    np.random.get_state and torch.get_rng_state return."""
     random.seed(1)
     np.random.seed(1)
+    torch.manual_seed(1)
     for name in draws:
         _DRAWS[name]()
-        py, npst = capture_rng_raw()[:2]
+        raw = capture_rng_raw()
+        py, npst = raw[:2]
+        assert torch.equal(rng_state(raw)["torch"], torch.get_rng_state()), name
         assert py == random.getstate(), name
         now = np.random.get_state(legacy=False)
         assert np.array_equal(npst["state"]["key"], now["state"]["key"]), name
         assert (npst["state"]["pos"], npst["has_gauss"], npst["gauss"]) == (
             now["state"]["pos"], now["has_gauss"], now["gauss"]), name
+
+
+def test_torch_stream_is_a_copy_of_its_generator_that_converts_to_get_state():
+    """torch's CPU stream is captured as a copy of its generator's state (bytes), found in
+    the generator's memory on this platform; it converts to exactly what get_state
+    returned at the capture, however the stream moved since, and restoring it repeats
+    the draws (a normal cached at the capture included)."""
+    torch.manual_seed(7)
+    torch.randn(1, dtype=torch.float64)  # a cached normal: part of the state
+    want = torch.get_rng_state()
+    raw = capture_rng_raw()
+    if sys.platform == "linux":  # where the layout is found: the copy, not get_state's tensor
+        assert type(raw[2]) is bytes and rng_mod._torch_engine is not None
+    draws = torch.randn(5, dtype=torch.float64), torch.rand(700)
+    state = rng_state(raw)
+    assert torch.equal(state["torch"], want)
+    restore_rng(state)
+    again = torch.randn(5, dtype=torch.float64), torch.rand(700)
+    assert all(torch.equal(a, b) for a, b in zip(draws, again, strict=True))
+
+
+def test_torch_stream_without_its_layout_is_get_state_s_tensor(monkeypatch):
+    """Where the generator's layout is not found (another build or platform), every
+    capture of torch's CPU stream is get_state's tensor, and the checkpoint holds it."""
+    monkeypatch.setattr(rng_mod, "_torch_looked", False)
+    monkeypatch.setattr(rng_mod, "_torch_engine", None)
+    monkeypatch.setattr(rng_mod, "_engine_address", lambda gen: None)
+    torch.manual_seed(3)
+    raw = capture_rng_raw()
+    assert isinstance(raw[2], torch.Tensor) and rng_mod._torch_engine is None
+    assert torch.equal(rng_state(raw)["torch"], torch.get_rng_state())
+    b = Boundary()
+    b.register(Registered(model=torch.nn.Linear(2, 2), optimizer=torch.optim.SGD(
+        torch.nn.Linear(2, 2).parameters(), lr=0.1)), 0)
+    assert isinstance(b.snapshot["rng"][2], torch.Tensor)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the generator's layout is read on Linux")
+def test_a_torn_or_foreign_copy_of_torch_s_stream_is_refused():
+    """A copy whose position is outside 1..624 (torn by a draw on another thread during
+    the copy) or of another size is refused with a ValueError, never loaded."""
+    capture_rng_raw()  # finds the layout
+    image = bytearray(bytes(rng_mod._torch_engine))
+    image[8:12] = (0).to_bytes(4, "little")  # left_ = 0
+    with pytest.raises(ValueError, match="position 0"):
+        rng_mod._image_state(bytes(image))
+    with pytest.raises(ValueError, match="not an image"):
+        rng_mod._image_state(b"\0" * 100)
