@@ -193,7 +193,9 @@ class Runtime:
         # section that holds a lock: it sets a plain flag, _on_sigterm)
         self.watchdog = Watchdog(config, events, lambda: (self._phase, self._phase_since),
                                  self.fail, on_term=self._on_sigterm)
-        self._record_step = self.watchdog.hang.record
+        # a step's duration into the hang bound: the deque's own append, no Python call
+        # (each duration is a new float, which ends a warm-up: HangBound.warming)
+        self._record_step = self.watchdog.hang.step_times.append
         self._bind_strategy()
 
     def _bind_strategy(self) -> None:

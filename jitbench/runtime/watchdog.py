@@ -44,6 +44,10 @@ Check = Callable[[], "str | dict | None"]
 False; the rest goes into the ``failure`` event)."""
 
 
+_NO_STEP = object()
+"""The last step time of a :class:`HangBound` that has recorded none."""
+
+
 class HangBound:
     """The hang-detection bound, adaptive to the measured step time.
 
@@ -55,22 +59,38 @@ class HangBound:
         self.config = config
         self.step_times: deque[float] = deque(maxlen=50)
         """Durations (s) of the last 50 steps of this process."""
-        self.warming = False
-        """The next step is bounded by the first-step bound as well (:meth:`expect_warm_up`)."""
+        self._warm_mark: object = None
+        """The last step time when :meth:`expect_warm_up` was called (:data:`_NO_STEP`:
+        none yet), or None: not warming."""
         self.prior_step_s: float | None = None
         """Median step time (s) recorded in the restored checkpoint, used until
         three steps of this process are timed."""
 
     def record(self, step_s: float) -> None:
-        """Add one step's duration (s)."""
+        """Add one step's duration (s). The runtime's training thread appends to
+        :attr:`step_times` itself (a Python call costs µs there, from cold caches),
+        each time a new float, which ends a warm-up as this does."""
         self.step_times.append(step_s)
-        self.warming = False
+        self._warm_mark = None
+
+    @property
+    def warming(self) -> bool:
+        """The next step is bounded by the first-step bound as well: no step time was
+        recorded since :meth:`expect_warm_up` (the last one is still the object it saw,
+        or :meth:`record` was not called)."""
+        mark = self._warm_mark
+        if mark is None:
+            return False
+        if (self.step_times[-1] if self.step_times else _NO_STEP) is mark:
+            return True
+        self._warm_mark = None
+        return False
 
     def expect_warm_up(self) -> None:
         """The next step may be a newcomer's first (in-process recovery: survivors wait
         in the collective while a fresh process warms up): bound it by the first-step
         bound (:func:`jitbench.hang.first_bound_s`) too, until one step is recorded."""
-        self.warming = True
+        self._warm_mark = self.step_times[-1] if self.step_times else _NO_STEP
 
     def median_step_s(self) -> float | None:
         """Median step time (s) without the first (warm-up) step; needs three steps,

@@ -36,3 +36,25 @@ def test_nvrx_first_heartbeat_bound_is_never_below_the_floor(strategy):
                   else "--ft-initial-rank-heartbeat-timeout")
     assert float(args[args.index(first_flag) + 1]) == 5.0
     assert hang.first_bound_s(0.0001, 5.0) == 5.0
+
+
+@pytest.mark.parametrize("recorded", [0, 3])
+def test_warm_up_ends_with_the_next_step_time_however_it_is_recorded(recorded):
+    """The runtime appends each step's duration to step_times itself (a new float each
+    time): that ends a warm-up as record() does, with or without earlier step times."""
+    for via in ("record", "append"):
+        bound = HangBound(RuntimeConfig(hang_first_s=30.0, hang_floor_s=2.0, hang_factor=10.0))
+        for i in range(recorded):
+            bound.record(0.5 + i)
+        bound.expect_warm_up()
+        assert bound.warming and bound.warming  # reading it ends nothing
+        step_s = 0.25 * (recorded + 1)
+        if via == "record":
+            bound.record(step_s)
+        else:
+            bound.step_times.append(step_s + 0.0)
+        assert not bound.warming, via
+        bound.record(step_s)  # the same object as the last one: record still ends it
+        bound.expect_warm_up()
+        bound.record(step_s)
+        assert not bound.warming
