@@ -23,7 +23,10 @@ microseconds (µs):
   before run 7) as ``_end`` runs it, on the instrumented steps, and inside it
   each part where it runs: a timer around the RNG capture and,
   inside it, torch's CPU stream (python's and numpy's unmoved-stream checks are
-  written out in the capture, not calls, since run 5), and ``the rest`` (the
+  written out in the capture, not calls, since run 5; since run 9 ``take`` writes
+  the capture out too, so on instrumented steps the capture is made first by
+  ``capture_rng_raw``, which calls each stream's function, python's, numpy's and
+  torch's each timed, and handed to ``take``: the same work plus those calls), and ``the rest`` (the
   buffers' copy, the optimizer hyper-parameters, the LR scheduler, the CUDA
   events' record: written out in ``take``, per step the snapshot's time less the
   RNG capture's); a tree that copies each part in a method gets a timer around
@@ -184,8 +187,12 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
     # the inner timers, as (object, attribute, row): installed for instrumented steps
     # only (module attributes that take() and capture_rng_raw look up at each call;
     # an older tree without them: not split)
-    inner = [(b, "take" if _end_takes(rt) else "refresh", "in the step end: the snapshot (take)"),
-             (state_mod, "capture_rng_raw", "  rng capture")]
+    inner = [(b, "take" if _end_takes(rt) else "refresh", "in the step end: the snapshot (take)")]
+    if hasattr(state_mod, "capture_rng_raw"):  # a take() that calls the capture (before run 9)
+        inner.append((state_mod, "capture_rng_raw", "  rng capture"))
+    else:  # take() writes the capture out: on instrumented steps it is called first, timed
+        # (installed first, so that the snapshot's timer includes it)
+        inner.insert(0, (b, "take", "  rng capture"))
     for mod, name, row in ((rng_mod, "_python_state", "    python's stream"),
                            (rng_mod, "_numpy_state", "    numpy's stream"),
                            (rng_mod, "_torch_state", "    torch's CPU stream"),
@@ -201,16 +208,29 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
     if b.device_events.events:
         inner.append((b.device_events, "mark", "  CUDA events record"))
 
+    def split(take, times: list[float]):
+        """``take``, its RNG capture first made by ``capture_rng_raw`` (the same work as
+        the capture take() writes out, plus the call) and timed into ``times``."""
+        def wrapper(step, rng=None, into=None):
+            if rng is None:
+                t0 = time.perf_counter()
+                rng = capture_rng_raw()
+                times.append(time.perf_counter() - t0)
+            return take(step, rng=rng, into=into)
+        return wrapper
+
     def install() -> list:
         saved = [(obj, name, obj.__dict__.get(name)) for obj, name, _ in inner]
         for obj, name, row in inner:
-            setattr(obj, name, _timed(situ[row], getattr(obj, name)))
+            fn = getattr(obj, name)
+            setattr(obj, name, split(fn, situ[row]) if obj is b and row == "  rng capture"
+                    else _timed(situ[row], fn))
         return saved
 
     def uninstall(saved: list) -> None:
         for obj, name, fn in saved:
-            if fn is None:  # a method: drop the instance attribute
-                delattr(obj, name)
+            if fn is None:  # a method: drop the instance attribute (once)
+                obj.__dict__.pop(name, None)
             else:
                 setattr(obj, name, fn)
 
@@ -397,12 +417,14 @@ def floor(rounds: int, warmup: int, size: str, batch_size: int,
 
     - an empty call (the timer pair and one Python call);
     - a clock read, the acquire and release of a lock, a copy of torch's CPU RNG
-      state (``default_generator.get_state``, 5,056 bytes) and one tuple appended
-      to a deque: the bare minimum of a JIT boundary (the state lock, the RNG, a
-      record of the step end), without the hyper-parameters, scheduler, buffers or
-      the event line;
-    - the same with every RNG stream (:func:`jitbench.runtime.rng.capture_rng_raw`:
-      python's and numpy's unmoved-stream checks, the CUDA check).
+      state as the runtime takes it (since run 9 a copy of its generator's 2,544
+      bytes, :func:`jitbench.runtime.rng._torch_state`; before, ``get_state``'s 5,056-byte
+      tensor) and one tuple appended to a deque: the bare minimum of a JIT boundary
+      (the state lock, the RNG, a record of the step end), without the
+      hyper-parameters, scheduler, buffers or the event line;
+    - the same with every RNG stream, read as ``Boundary.take`` reads them, in one call
+      (python's and numpy's unmoved-stream checks, the CUDA check; before run 9,
+      :func:`jitbench.runtime.rng.capture_rng_raw`, which did the same).
 
     Returns:
         ``{probe name: [s]}`` (:data:`FLOOR_PROBES`), ``rounds`` values each.
@@ -416,7 +438,25 @@ def floor(rounds: int, warmup: int, size: str, batch_size: int,
                          batch_size=batch_size, extra={"max_bytes": 200_000})
     wl = build_workload(cfg, 0, 1, device)
     lock, record, clock = threading.Lock(), collections.deque(maxlen=64), time.monotonic
-    torch_state = torch.default_generator.get_state
+    # torch's CPU stream as the runtime copies it: its generator's state (bytes) since
+    # run 9, get_state's tensor before (or where the layout is not found)
+    torch_state = getattr(rng_mod, "_torch_state", torch.default_generator.get_state)
+    torch_state()
+    if getattr(rng_mod, "_torch_engine", None) is not None:
+        def every_stream() -> tuple:
+            """What Boundary.take reads of the RNG streams, one call (take writes it out)."""
+            r = rng_mod
+            view, raw, py = r._py_seen
+            if py is None or r._PY_INST.gauss_next is not py[2] or view is None or view != raw:
+                py = r._python_state()
+            bg, view, raw, gview, graw, npst = r._np_seen
+            if (npst is None or r._NP_RAND._bit_generator is not bg or view is None
+                    or view != raw or gview != graw):
+                npst = r._numpy_state()
+            return (py, npst, bytes(r._torch_engine),
+                    r._cuda_states() if r._CUDA_FLAGGED is False or r._cuda._initialized else [])
+    else:  # before run 9 the capture was this call, its checks written out in it
+        every_stream = capture_rng_raw
 
     def empty() -> None:
         pass
@@ -430,7 +470,7 @@ def floor(rounds: int, warmup: int, size: str, batch_size: int,
     def streams() -> None:
         t = clock()
         with lock:
-            state = capture_rng_raw()
+            state = every_stream()
         record.append((t, state))
 
     probes = dict(zip(FLOOR_PROBES, (empty, bare, streams), strict=True))
