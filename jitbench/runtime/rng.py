@@ -311,8 +311,9 @@ def _image_state(image: bytes) -> torch.Tensor:
 
 
 def _readable(addr: int, size: int) -> bool:
-    """Whether ``[addr, addr + size)`` lies in one readable mapping of this process
-    (``/proc/self/maps``, Linux; False elsewhere or where it cannot be read)."""
+    """Whether ``[addr, addr + size)`` lies in one readable and writable mapping of this
+    process, as the heap is (``/proc/self/maps``, Linux; False elsewhere or where it
+    cannot be read)."""
     try:
         with open("/proc/self/maps", encoding="ascii") as f:
             for line in f:
