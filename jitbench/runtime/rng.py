@@ -13,7 +13,6 @@ import hashlib
 import random
 import struct
 import sys
-import threading
 
 import numpy as np
 import torch
@@ -263,11 +262,6 @@ found and checked (:func:`_torch_state`); None: not yet, or every capture is
 _torch_looked = False
 """Whether :func:`_torch_state` looked for :data:`_torch_engine` in this process."""
 
-_converter: tuple = (None, None, threading.Lock())
-"""A private CPU generator, its state in place, and the lock that serialises conversions
-through it (:func:`_image_state`)."""
-
-
 def _torch_state() -> bytes | torch.Tensor:
     """torch's CPU stream: a copy of its generator's state (an image of
     :data:`_IMAGE_BYTES` bytes, converted to ``get_state``'s tensor by
@@ -291,36 +285,55 @@ def _torch_state() -> bytes | torch.Tensor:
     return _torch_get_state()
 
 
+_LEGACY_HEAD = struct.Struct("<QiiQ")
+"""``CPUGeneratorImplStateLegacy`` (ATen/CPUGeneratorImpl.cpp, the form ``get_state``
+writes): ``uint64_t the_initial_seed; int left; int seeded; uint64_t next``, then
+``uint64_t state[624]``."""
+
+_LEGACY_TAIL = struct.Struct("<dddi4xf?3x")
+"""The rest of ``get_state``'s 5,056 bytes after the key: ``double normal_x, normal_y,
+normal_rho; int normal_is_valid`` (the legacy form's end, padded), then
+``CPUGeneratorImplState``'s ``float next_float_normal_sample; bool
+is_next_float_normal_sample_valid``."""
+
+
 def _image_state(image: bytes) -> torch.Tensor:
     """``get_state``'s tensor (``CPUGeneratorImplState``, 5,056 bytes) of a CPU
-    generator whose state is ``image`` (:func:`_torch_state`): the image is written into
-    a private generator of the same layout, which then serialises it.
+    generator whose state is ``image`` (:func:`_torch_state`), written here as
+    ``CPUGeneratorImpl::get_state`` (ATen/CPUGeneratorImpl.cpp) writes it: the seed,
+    position and flags, the 624 key words widened to 64 bits, a cached double normal
+    as ``normal_y`` with ``normal_is_valid``, a cached float normal with its flag,
+    zeros elsewhere. :func:`_find_images` checks that it equals ``get_state`` before any
+    image is taken.
 
     Raises:
         ValueError: ``image`` is not an image of this layout (its size, or a position
             ``left_`` outside 1..624: a torn copy).
     """
-    gen, state, lock = _converter
     left = struct.unpack_from("<i", image, 8)[0] if len(image) == _IMAGE_BYTES else 0
-    if gen is None or not 1 <= left <= 624:
+    if not 1 <= left <= 624:
         raise ValueError(f"not an image of torch's CPU generator ({len(image)} bytes, "
                          f"position {left})")
-    with lock:
-        state[:] = image
-        return gen.get_state()
+    seed, _, seeded, nxt = struct.unpack_from("<QiBxxxI", image, 0)
+    key = np.frombuffer(image, dtype="<u4", count=624, offset=20).astype("<u8")
+    f_val, f_set = struct.unpack_from("<f?", image, _ENGINE_BYTES)
+    d_val, d_set = struct.unpack_from("<d?", image, _ENGINE_BYTES + 8)
+    out = b"".join((_LEGACY_HEAD.pack(seed, left, seeded, nxt), key.tobytes(),
+                    _LEGACY_TAIL.pack(0.0, d_val if d_set else 0.0, 0.0, int(d_set),
+                                      f_val if f_set else 0.0, f_set)))
+    return torch.frombuffer(bytearray(out), dtype=torch.uint8)
 
 
 def _readable(addr: int, size: int) -> bool:
-    """Whether ``[addr, addr + size)`` lies in one readable and writable mapping of this
-    process, as the heap is (``/proc/self/maps``, Linux; False elsewhere or where it
-    cannot be read)."""
+    """Whether ``[addr, addr + size)`` lies in one readable mapping of this process
+    (``/proc/self/maps``, Linux; False elsewhere or where it cannot be read)."""
     try:
         with open("/proc/self/maps", encoding="ascii") as f:
             for line in f:
                 span, perms = line.split()[:2]
                 lo, hi = (int(x, 16) for x in span.split("-"))
                 if lo <= addr and addr + size <= hi:
-                    return perms.startswith("rw")
+                    return perms.startswith("r")
     except (OSError, ValueError):
         return False
     return False
@@ -355,46 +368,51 @@ def _engine_address(gen: torch.Generator) -> int | None:
     return None
 
 
+def _with_float_normal(state: torch.Tensor, value: float) -> torch.Tensor:
+    """``state`` (``get_state``'s form) with a cached float normal ``value`` set."""
+    raw = bytearray(state.numpy().tobytes())
+    struct.pack_into("<f?", raw, _LEGACY_HEAD.size + 624 * 8 + _LEGACY_TAIL.size - 8,
+                     value, True)
+    return torch.frombuffer(raw, dtype=torch.uint8)
+
+
 def _find_images() -> memoryview | None:
-    """The default CPU generator's state in place (:data:`_torch_engine`), with the
-    private generator of :func:`_image_state` set up, if an image round-trips, else None.
+    """The default CPU generator's state in place (:data:`_torch_engine`) if its images
+    convert to exactly what ``get_state`` returns (:func:`_image_state`), else None.
 
     Checked on a private generator before the default one is read: after each of a
     draw, a normal drawn singly (its pair cached), the cached one consumed (the engine
-    does not move), a reseed and a twist (624 words), its image written into the
-    converter must make ``get_state`` return exactly the probe's; then the same for
-    the default generator as it is now."""
-    global _converter
-    probe, conv = torch.Generator(), torch.Generator()
+    does not move), a float normal, a cached float normal set through ``set_state``
+    (no draw caches one), a reseed and a twist (624 words), its image must convert to
+    its ``get_state``; then the same for the default generator as it is now. The
+    generators' memory is only read."""
+    probe = torch.Generator()
     probe.manual_seed(0x5EED)
-    conv.manual_seed(1)
-    found = [_engine_address(g) for g in (probe, conv, _TORCH_GEN)]
+    found = [_engine_address(g) for g in (probe, _TORCH_GEN)]
     if None in found:
         return None
-    probe_img, conv_img, gen_img = (
-        memoryview((ctypes.c_char * _IMAGE_BYTES).from_address(at)).cast("B") for at in found)
-    lock = _converter[2]
+    probe_img, gen_img = (memoryview((ctypes.c_char * _IMAGE_BYTES).from_address(at)).cast("B")
+                          for at in found)
 
-    def round_trips(g: torch.Generator, img: memoryview) -> bool:
-        with lock:
-            conv_img[:] = bytes(img)
-            return torch.equal(conv.get_state(), g.get_state())
+    def converts(g: torch.Generator, img: memoryview) -> bool:
+        try:
+            return torch.equal(_image_state(bytes(img)), g.get_state())
+        except ValueError:
+            return False
 
     ops = (lambda: None,
            lambda: torch.rand(1, generator=probe),
            lambda: torch.randn(1, dtype=torch.float64, generator=probe),
            lambda: torch.randn(1, dtype=torch.float64, generator=probe),
+           lambda: torch.randn(1, generator=probe),
+           lambda: probe.set_state(_with_float_normal(probe.get_state(), 0.5)),
            lambda: probe.manual_seed(0x5EED),
            lambda: torch.randint(0, 2, (624,), generator=probe))
     for op in ops:
         op()
-        if not round_trips(probe, probe_img):
+        if not converts(probe, probe_img):
             return None
-    _converter = (conv, conv_img, lock)
-    if not round_trips(_TORCH_GEN, gen_img):
-        _converter = (None, None, lock)
-        return None
-    return gen_img
+    return gen_img if converts(_TORCH_GEN, gen_img) else None
 
 
 def capture_rng() -> dict:

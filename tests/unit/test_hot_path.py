@@ -402,6 +402,8 @@ _DRAWS = {
     "torch normals": lambda: torch.randn(20),
     "torch dropout": lambda: torch.nn.functional.dropout(torch.ones(64), 0.5),
     "torch seed": lambda: torch.manual_seed(3),
+    "torch float normal set": lambda: torch.set_rng_state(
+        rng_mod._with_float_normal(torch.get_rng_state(), 0.25)),
     "nothing": lambda: None,
 }
 
