@@ -271,10 +271,12 @@ def _torch_state() -> bytes | torch.Tensor:
     ``get_state`` allocates a tensor and writes the legacy 5,056-byte form: 15-20 µs
     right after a CPU training step (cold caches), where the copy of the 2,544 bytes
     costs 10-14 µs (``benchmarks/runtime-step-cost.txt``); the conversion runs only
-    when a checkpoint is written. Like ``get_state`` it reads a state that no other
-    thread is drawing from; unlike it, it does not take the generator's mutex, so a
-    draw on another thread during the copy (a run that is not reproducible anyway)
-    could tear it: :func:`_image_state` refuses an image whose position is out of range.
+    when a checkpoint is written. Unlike ``get_state`` it does not take the generator's
+    mutex: a draw on another thread during the copy (a script whose threads share
+    the default generator, a run that no checkpoint can replay exactly anyway) can
+    tear it, into a state that mixes two generations of the key (still a valid
+    Mersenne Twister state) or, rarely, one that ``set_state`` would refuse, which
+    :func:`rng_state` replaces by the stream's state when the checkpoint is written.
     """
     global _torch_engine, _torch_looked
     if not _torch_looked:
@@ -290,25 +292,25 @@ _LEGACY_HEAD = struct.Struct("<QiiQ")
 writes): ``uint64_t the_initial_seed; int left; int seeded; uint64_t next``, then
 ``uint64_t state[624]``."""
 
-_LEGACY_TAIL = struct.Struct("<dddi4xf?3x")
-"""The rest of ``get_state``'s 5,056 bytes after the key: ``double normal_x, normal_y,
-normal_rho; int normal_is_valid`` (the legacy form's end, padded), then
-``CPUGeneratorImplState``'s ``float next_float_normal_sample; bool
-is_next_float_normal_sample_valid``."""
+_FLAGS = struct.Struct("<i4x")
+"""``int normal_is_valid`` and the legacy form's padding after it."""
 
 
 def _image_state(image: bytes) -> torch.Tensor:
     """``get_state``'s tensor (``CPUGeneratorImplState``, 5,056 bytes) of a CPU
     generator whose state is ``image`` (:func:`_torch_state`), written here as
     ``CPUGeneratorImpl::get_state`` (ATen/CPUGeneratorImpl.cpp) writes it: the seed,
-    position and flags, the 624 key words widened to 64 bits, a cached double normal
-    as ``normal_y`` with ``normal_is_valid``, a cached float normal with its flag,
-    zeros elsewhere. :func:`_find_images` checks that it equals ``get_state`` before any
-    image is taken.
+    position and flags, the 624 key words widened to 64 bits, then ``double normal_x,
+    normal_y, normal_rho; int normal_is_valid`` (a cached double normal as ``normal_y``,
+    the others zero) and ``float next_float_normal_sample; bool
+    is_next_float_normal_sample_valid``. The cached normals' bytes are copied as they
+    are (a float NaN would not survive a trip through a Python float).
+    :func:`_find_images` checks that this equals ``get_state`` before any image is
+    taken.
 
     Raises:
         ValueError: ``image`` is not an image of this layout (its size, or a position
-            ``left_`` outside 1..624: a torn copy).
+            ``left_`` outside 1..624, which ``set_state`` would refuse).
     """
     left = struct.unpack_from("<i", image, 8)[0] if len(image) == _IMAGE_BYTES else 0
     if not 1 <= left <= 624:
@@ -316,11 +318,13 @@ def _image_state(image: bytes) -> torch.Tensor:
                          f"position {left})")
     seed, _, seeded, nxt = struct.unpack_from("<QiBxxxI", image, 0)
     key = np.frombuffer(image, dtype="<u4", count=624, offset=20).astype("<u8")
-    f_val, f_set = struct.unpack_from("<f?", image, _ENGINE_BYTES)
-    d_val, d_set = struct.unpack_from("<d?", image, _ENGINE_BYTES + 8)
+    at = _ENGINE_BYTES  # optional<float> (value, engaged), then optional<double> at +8
+    f_set, d_set = image[at + 4] != 0, image[at + 16] != 0
+    zero = bytes(8)
     out = b"".join((_LEGACY_HEAD.pack(seed, left, seeded, nxt), key.tobytes(),
-                    _LEGACY_TAIL.pack(0.0, d_val if d_set else 0.0, 0.0, int(d_set),
-                                      f_val if f_set else 0.0, f_set)))
+                    zero, image[at + 8:at + 16] if d_set else zero, zero,
+                    _FLAGS.pack(int(d_set)),
+                    image[at:at + 4] if f_set else zero[:4], bytes((int(f_set), 0, 0, 0))))
     return torch.frombuffer(bytearray(out), dtype=torch.uint8)
 
 
@@ -371,7 +375,7 @@ def _engine_address(gen: torch.Generator) -> int | None:
 def _with_float_normal(state: torch.Tensor, value: float) -> torch.Tensor:
     """``state`` (``get_state``'s form) with a cached float normal ``value`` set."""
     raw = bytearray(state.numpy().tobytes())
-    struct.pack_into("<f?", raw, _LEGACY_HEAD.size + 624 * 8 + _LEGACY_TAIL.size - 8,
+    struct.pack_into("<f?", raw, _LEGACY_HEAD.size + 624 * 8 + 3 * 8 + _FLAGS.size,
                      value, True)
     return torch.frombuffer(raw, dtype=torch.uint8)
 
@@ -420,6 +424,19 @@ def capture_rng() -> dict:
     return rng_state(capture_rng_raw())
 
 
+def _torch_tensor(state: bytes | torch.Tensor) -> torch.Tensor:
+    """torch's CPU stream of a capture as ``get_state``'s tensor: an image converted
+    (:func:`_image_state`); one torn so that ``set_state`` would refuse it (another
+    thread drew during the copy, :func:`_torch_state`) gives way to the stream's
+    state now, so that a checkpoint is never lost to it."""
+    if type(state) is not bytes:
+        return state
+    try:
+        return _image_state(state)
+    except ValueError:
+        return _torch_get_state()
+
+
 def rng_state(raw: tuple) -> dict:
     """The checkpoint form (tensors and primitive values) of :func:`capture_rng_raw`'s output."""
     py, npst, torch_state, cuda = raw
@@ -429,7 +446,7 @@ def rng_state(raw: tuple) -> dict:
                   "key": torch.from_numpy(npst["state"]["key"].astype(np.int64)),
                   "pos": int(npst["state"]["pos"]), "has_gauss": int(npst["has_gauss"]),
                   "gauss": float(npst["gauss"])},
-        "torch": _image_state(torch_state) if type(torch_state) is bytes else torch_state,
+        "torch": _torch_tensor(torch_state),
         "cuda": list(cuda),
     }
     return state

@@ -78,13 +78,10 @@ class HangBound:
         """The next step is bounded by the first-step bound as well: no step time was
         recorded since :meth:`expect_warm_up` (the last one is still the object it saw,
         or :meth:`record` was not called)."""
+        # a read only: the watchdog thread reads it while the main thread may call
+        # expect_warm_up (a stale mark stays, harmless: no new step time is that object)
         mark = self._warm_mark
-        if mark is None:
-            return False
-        if (self.step_times[-1] if self.step_times else _NO_STEP) is mark:
-            return True
-        self._warm_mark = None
-        return False
+        return mark is not None and (self.step_times[-1] if self.step_times else _NO_STEP) is mark
 
     def expect_warm_up(self) -> None:
         """The next step may be a newcomer's first (in-process recovery: survivors wait

@@ -58,3 +58,26 @@ def test_warm_up_ends_with_the_next_step_time_however_it_is_recorded(recorded):
         bound.expect_warm_up()
         bound.record(step_s)
         assert not bound.warming
+
+
+def test_reading_warming_never_undoes_a_warm_up_asked_meanwhile():
+    """The watchdog thread reads warming while the main thread may call expect_warm_up:
+    a read that finds a stale mark must not clear a warm-up asked in the middle of it."""
+    from collections import deque
+
+    bound = HangBound(RuntimeConfig(hang_first_s=30.0, hang_floor_s=2.0, hang_factor=10.0))
+    bound.record(0.5)
+    bound.expect_warm_up()
+    bound.step_times.append(0.75 + 0.0)  # the warm-up ended: the mark is stale now
+    asked = []
+
+    class Interleaved(deque):
+        def __getitem__(self, i):  # the main thread's expect_warm_up lands inside the read
+            if not asked:
+                asked.append(1)
+                bound.expect_warm_up()
+            return super().__getitem__(i)
+
+    bound.step_times = Interleaved(bound.step_times, maxlen=50)
+    bound.warming  # noqa: B018 - the read under test
+    assert asked and bound.warming and bound.bound_s() == 30.0

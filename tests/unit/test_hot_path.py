@@ -477,3 +477,19 @@ def test_a_torn_or_foreign_copy_of_torch_s_stream_is_refused():
         rng_mod._image_state(bytes(image))
     with pytest.raises(ValueError, match="not an image"):
         rng_mod._image_state(b"\0" * 100)
+    # a capture that holds such a copy still gives a checkpoint: the stream's state now
+    torch.manual_seed(4)
+    raw = (*capture_rng_raw()[:2], bytes(image), [])
+    assert torch.equal(rng_state(raw)["torch"], torch.get_rng_state())
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the generator's layout is read on Linux")
+def test_cached_normals_are_copied_bit_for_bit():
+    """A cached float normal that is a signalling NaN (set through set_rng_state; no draw
+    caches one) survives the conversion: its bytes are copied, not repacked."""
+    raw = bytearray(torch.get_rng_state().numpy().tobytes())
+    raw[5048:5053] = bytes((0x01, 0x00, 0x80, 0x7F, 1))  # float sNaN, is_valid
+    torch.set_rng_state(torch.frombuffer(raw, dtype=torch.uint8))
+    want = torch.get_rng_state()
+    assert want.numpy().tobytes()[5048:5052] == bytes((0x01, 0x00, 0x80, 0x7F))
+    assert torch.equal(rng_state(capture_rng_raw())["torch"], want)
