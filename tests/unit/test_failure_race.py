@@ -32,6 +32,25 @@ def _declare_sigterm(rt: Runtime) -> None:
     os.kill(os.getpid(), signal.SIGTERM)  # the watchdog thread declares it
 
 
+def _train(rt: Runtime, model: torch.nn.Module, opt: torch.optim.Optimizer, last: int,
+           stop_after: int | None = None) -> None:
+    """Steps 1..``last`` of the one-rank model (or up to ``stop_after``)."""
+    for step in rt.steps(1, last):
+        with rt.step(step):
+            model(torch.ones(1, 2)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        if step == stop_after:
+            break
+
+
+def _wait_for_exit(codes: list[int]) -> None:
+    """Until the runtime's exit function was called (20 s at most)."""
+    deadline = time.monotonic() + 20
+    while not codes and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def _declare_notice(rt: Runtime) -> None:
     threading.Thread(target=rt.fail, args=("notice",), kwargs={"reason": "peer left"},
                      daemon=True).start()
@@ -53,16 +72,8 @@ def test_a_failure_inside_the_optimizer_step_saves_that_steps_boundary(tmp_path,
                     time.sleep(0.01)
 
         opt.register_step_post_hook(inside_the_step)
-        for step in rt.steps(1, 6):
-            with rt.step(step):
-                model(torch.ones(1, 2)).sum().backward()
-                opt.step()
-                opt.zero_grad()
-            if step == 4:
-                break
-        deadline = time.monotonic() + 20
-        while not codes and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _train(rt, model, opt, 6, stop_after=4)
+        _wait_for_exit(codes)
     finally:
         rt.close()
     evs = read_events(tmp_path / "ev")
@@ -86,17 +97,11 @@ def test_sigterm_while_the_main_thread_is_inside_leaving_s_event_ends_the_proces
     codes: list[int] = []
     rt, model, opt = one_rank_runtime(tmp_path, "jit", exit_fn=codes.append)
     try:
-        for step in rt.steps(1, 2):
-            with rt.step(step):
-                model(torch.ones(1, 2)).sum().backward()
-                opt.step()
-                opt.zero_grad()
+        _train(rt, model, opt, 2)
         with rt._leaving._cond:  # what the main thread holds inside Event.set
             signal.raise_signal(signal.SIGTERM)  # the handler runs here, on this thread
             assert rt.leaving
-        deadline = time.monotonic() + 20
-        while not codes and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _wait_for_exit(codes)
     finally:
         rt.close()
     evs = read_events(tmp_path / "ev")
