@@ -262,6 +262,11 @@ found and checked (:func:`_torch_state`); None: not yet, or every capture is
 _torch_looked = False
 """Whether :func:`_torch_state` looked for :data:`_torch_engine` in this process."""
 
+_ENGINE_HEAD = struct.Struct("<QiBxxxI")
+"""The engine's fields before its key: ``seed_``, ``left_``, ``seeded_`` (padded),
+``next_``; the 624 key words follow at byte 20."""
+
+
 def _torch_state() -> bytes | torch.Tensor:
     """torch's CPU stream: a copy of its generator's state (an image of
     :data:`_IMAGE_BYTES` bytes, converted to ``get_state``'s tensor by
@@ -312,12 +317,12 @@ def _image_state(image: bytes) -> torch.Tensor:
         ValueError: ``image`` is not an image of this layout (its size, or a position
             ``left_`` outside 1..624, which ``set_state`` would refuse).
     """
-    left = struct.unpack_from("<i", image, 8)[0] if len(image) == _IMAGE_BYTES else 0
+    seed, left, seeded, nxt = (_ENGINE_HEAD.unpack_from(image) if len(image) == _IMAGE_BYTES
+                               else (0, 0, 0, 0))
     if not 1 <= left <= 624:
         raise ValueError(f"not an image of torch's CPU generator ({len(image)} bytes, "
                          f"position {left})")
-    seed, _, seeded, nxt = struct.unpack_from("<QiBxxxI", image, 0)
-    key = np.frombuffer(image, dtype="<u4", count=624, offset=20).astype("<u8")
+    key = np.frombuffer(image, dtype="<u4", count=624, offset=_ENGINE_HEAD.size).astype("<u8")
     at = _ENGINE_BYTES  # optional<float> (value, engaged), then optional<double> at +8
     f_set, d_set = image[at + 4] != 0, image[at + 16] != 0
     zero = bytes(8)
@@ -354,20 +359,21 @@ def _engine_address(gen: torch.Generator) -> int | None:
     if sys.platform != "linux" or sys.maxsize < 2**32 or type(gen).__basicsize__ < 24:
         return None
     impl = ctypes.c_uint64.from_address(id(gen) + 16).value
-    if impl % 8 or not _readable(impl, 256 + 20):
+    if impl % 8 or not _readable(impl, 256 + _ENGINE_HEAD.size):
         return None
     raw = gen.get_state().numpy().tobytes()
-    if len(raw) < 24 + 624 * 8:
+    if len(raw) < _LEGACY_HEAD.size + 624 * 8:
         return None
-    seed, left, _, nxt = struct.unpack_from("<QiiQ", raw, 0)
-    key = np.frombuffer(raw, dtype="<u8", count=624, offset=24)
+    seed, left, _, nxt = _LEGACY_HEAD.unpack_from(raw)
+    key = np.frombuffer(raw, dtype="<u8", count=624, offset=_LEGACY_HEAD.size)
     for off in range(8, 256, 8):
-        got = struct.unpack("<QiBxxxI", ctypes.string_at(impl + off, 20))
+        got = _ENGINE_HEAD.unpack(ctypes.string_at(impl + off, _ENGINE_HEAD.size))
         if (got[0], got[1], got[3]) != (seed, left, nxt):
             continue
         if not _readable(impl + off, _IMAGE_BYTES):
             return None
-        words = np.frombuffer(ctypes.string_at(impl + off + 20, 624 * 4), dtype=np.uint32)
+        words = np.frombuffer(ctypes.string_at(impl + off + _ENGINE_HEAD.size, 624 * 4),
+                              dtype=np.uint32)
         return impl + off if np.array_equal(words, key) else None
     return None
 
