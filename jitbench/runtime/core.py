@@ -435,8 +435,16 @@ class Runtime:
         # whether this (main) thread holds the state lock is its own flag, never the
         # phase: a failure declared on another thread (SIGTERM, a notice, an Xid) sets
         # the phase to "failure" at any instant, also inside the optimizer step
-        if self._holds_state_lock or _get_ident() != self._main_ident:
-            return  # a second optimizer step in the same step; another thread's optimizer
+        if self._holds_state_lock:
+            return  # a second optimizer step in the same step
+        # the steps the runtime counts are the training thread's: another thread's
+        # optimizer step takes no lock. The thread is asked only outside a step's compute
+        # phase (get_ident and the comparison of its int cost ~6 µs from cold caches,
+        # benchmarks/runtime-step-cost.txt, run 10); inside it, another thread's step
+        # takes the lock as the training thread's would, and the training thread's end
+        # of the step releases it: a failure save waits for that end, as for its own
+        if self._phase != "compute" and _get_ident() != self._main_ident:
+            return
         if self._optimizer_step_hooked:  # a strategy with work here (a call costs µs)
             self.strategy.on_optimizer_step(self)
         self._state_lock.acquire()  # blocks for good if a failure save holds it

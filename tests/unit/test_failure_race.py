@@ -109,3 +109,57 @@ def test_sigterm_while_the_main_thread_is_inside_leaving_s_event_ends_the_proces
     assert [(e["phase"], e.get("step")) for e in evs if e["event"] == "save"] == [
         ("begin", 2), ("end", 2)]
     assert codes == [EXIT_FAILURE_SAVED]
+
+
+def _state_lock_free(rt: Runtime) -> bool:
+    """Whether a failure save on another thread gets the state lock at once (it waits
+    ``save_lock_timeout_s`` for it otherwise)."""
+    why: list = []
+
+    def save() -> None:
+        with rt.consistent_state() as w:
+            why.append(w)
+
+    t = threading.Thread(target=save)
+    t.start()
+    t.join(30)
+    return why == [None]
+
+
+def test_another_thread_s_optimizer_step_takes_the_lock_only_inside_a_step_s_compute(tmp_path):
+    """The pre-hook asks which thread steps the optimizer only outside a step's compute
+    phase (the question costs µs at every step): at a boundary another thread's optimizer
+    step takes no state lock, as before; inside a step it takes the lock as the training
+    thread's own would, the training thread's optimizer step then does not wait for it,
+    and the end of the step releases it."""
+    codes: list[int] = []
+    rt, model, opt = one_rank_runtime(tmp_path, "jit", exit_fn=codes.append,
+                                      save_lock_timeout_s=0.5)
+
+    def other_thread_steps() -> None:
+        t = threading.Thread(target=opt.step)
+        t.start()
+        t.join(30)
+
+    free: list[bool] = []  # asserted after each step: an exception inside is a failure
+    try:
+        _train(rt, model, opt, 1)
+        other_thread_steps()  # at the boundary after step 1
+        free.append(_state_lock_free(rt))
+        with rt.step(2):
+            model(torch.ones(1, 2)).sum().backward()
+            other_thread_steps()  # inside step 2's compute
+            free.append(_state_lock_free(rt))  # held for step 2, as in its optimizer step
+            opt.step()  # the training thread's: no second acquire, no wait
+            opt.zero_grad()
+        free.append(_state_lock_free(rt))
+        with rt.step(3):  # and steps go on as before
+            model(torch.ones(1, 2)).sum().backward()
+            opt.step()
+            free.append(_state_lock_free(rt))  # the training thread's own optimizer step
+            opt.zero_grad()
+        free.append(_state_lock_free(rt))
+    finally:
+        rt.close()
+    assert codes == [] and rt.completed == 3
+    assert free == [True, False, True, False, True]
