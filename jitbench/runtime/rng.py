@@ -301,7 +301,7 @@ _FLAGS = struct.Struct("<i4x")
 """``int normal_is_valid`` and the legacy form's padding after it."""
 
 
-def _image_state(image: bytes) -> torch.Tensor:
+def _image_state(image: bytes | memoryview) -> torch.Tensor:
     """``get_state``'s tensor (``CPUGeneratorImplState``, 5,056 bytes) of a CPU
     generator whose state is ``image`` (:func:`_torch_state`), written here as
     ``CPUGeneratorImpl::get_state`` (ATen/CPUGeneratorImpl.cpp) writes it: the seed,
@@ -430,12 +430,13 @@ def capture_rng() -> dict:
     return rng_state(capture_rng_raw())
 
 
-def _torch_tensor(state: bytes | torch.Tensor) -> torch.Tensor:
-    """torch's CPU stream of a capture as ``get_state``'s tensor: an image converted
+def _torch_tensor(state: bytes | memoryview | torch.Tensor) -> torch.Tensor:
+    """torch's CPU stream of a capture as ``get_state``'s tensor: an image (bytes; in a
+    snapshot a memoryview of a bytearray, overwritten in place at each step end) converted
     (:func:`_image_state`); one torn so that ``set_state`` would refuse it (another
     thread drew during the copy, :func:`_torch_state`) gives way to the stream's
     state now, so that a checkpoint is never lost to it."""
-    if type(state) is not bytes:
+    if type(state) is not bytes and type(state) is not memoryview:  # get_state's tensor
         return state
     try:
         return _image_state(state)

@@ -223,7 +223,11 @@ class Boundary:
         unless ``rng`` (a checkpoint's) is given. ``into``: the previous
         snapshot, whose buffer tensors are overwritten in place with one
         ``torch._foreach_copy_`` (the per-step hot path of strategies with ``snapshot_each_step``,
-        :meth:`refresh`). The buffer list is cached by a call without ``into``:
+        :meth:`refresh`), and its image of torch's CPU stream (a memoryview of a
+        ``bytearray``) too: a
+        snapshot replaced through ``into`` is not a copy to keep (convert what must
+        outlive the next step end with :meth:`assemble`, under the state lock, as every
+        checkpoint does). The buffer list is cached by a call without ``into``:
         buffers must be updated in place, as BatchNorm's are; a script that
         replaces a buffer tensor registers again.
 
@@ -251,7 +255,21 @@ class Boundary:
                     or view != raw or gview != graw):
                 npst = _rng._numpy_state()
             engine = _rng._torch_engine
-            rng = (py, npst, bytes(engine) if engine is not None else _rng._torch_state(),
+            if engine is None:  # the layout was not found: get_state's tensor
+                image = _rng._torch_state()
+            else:
+                # the replaced snapshot's image of torch's stream, overwritten in place
+                # through a memoryview of its bytearray: bytes() of the generator, or a
+                # bytearray's slice assignment (CPython copies a non-bytearray value
+                # first), allocates 2,544 bytes, past pymalloc's small objects: 12-15 µs
+                # more per step from cold caches (benchmarks/runtime-step-cost.txt, run 10)
+                prev = into["rng"] if into is not None else None
+                image = prev[2] if type(prev) is tuple else None
+                if type(image) is memoryview:
+                    image[:] = engine
+                else:
+                    image = memoryview(bytearray(engine))
+            rng = (py, npst, image,
                    _rng._cuda_states() if _rng._CUDA_FLAGGED is False or _rng._cuda._initialized
                    else [])
         live = self._live_buffers

@@ -467,6 +467,35 @@ def test_torch_stream_without_its_layout_is_get_state_s_tensor(monkeypatch):
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the generator's layout is read on Linux")
+def test_a_replaced_snapshot_s_torch_image_is_overwritten_in_place_and_no_other():
+    """take(into=...) writes torch's stream into the image of the snapshot it replaces
+    (no new 2.5 KB object per step); each snapshot still converts to get_state's tensor
+    at its own boundary; a snapshot taken without ``into``, or one whose RNG is a
+    checkpoint's, gets an image of its own, and the replaced one is the only one written."""
+    model, opt, sched, b, step = _training(SCHEDULERS["LambdaLR"])
+    step()
+    b.refresh(1)
+    first = b.snapshot["rng"][2]
+    assert type(first) is memoryview and first.obj is not None
+    step()
+    b.refresh(2)
+    assert b.snapshot["rng"][2] is first  # the same image, overwritten
+    want = torch.get_rng_state()
+    assert torch.equal(rng_state(b.snapshot["rng"])["torch"], want)
+    side = b.take(2)  # not a replacement: its own image
+    assert side["rng"][2] is not first
+    step()
+    b.refresh(3)
+    assert b.snapshot["rng"][2] is first
+    assert torch.equal(rng_state(side["rng"])["torch"], want)  # untouched by the refresh
+    assert torch.equal(rng_state(b.snapshot["rng"])["torch"], torch.get_rng_state())
+    restored = b.take(3, rng=capture_rng())  # a checkpoint's RNG (a dict)
+    fresh = b.take(3, into=restored)
+    assert type(fresh["rng"][2]) is memoryview and fresh["rng"][2] is not first
+    assert torch.equal(rng_state(fresh["rng"])["torch"], torch.get_rng_state())
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the generator's layout is read on Linux")
 def test_a_torn_or_foreign_copy_of_torch_s_stream_is_refused():
     """A copy whose position is outside 1..624 (torn by a draw on another thread during
     the copy) or of another size is refused with a ValueError, never loaded."""
