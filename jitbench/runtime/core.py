@@ -28,12 +28,29 @@ Phases of a step:
   have moved, so strategies that save on failure keep a snapshot of their
   boundary values (``snapshot_each_step``).
 - ``mutating`` (optimizer pre-hook to step end): the state is changing; no
-  save can happen; the main thread holds the state lock.
+  save can happen; the main thread holds the state (below).
 - ``boundary``: between steps; the live state is consistent. ``checkpoint``:
   inside a checkpoint barrier (hang bound ``sync_bound_s``).
 - ``recovery``: another thread (the watchdog) recovered in process while the
   main thread is still inside the failed step; it ends when the main thread
   returns to re-form (no hang bound: the in-process strategy bounds that wait).
+
+Holding the state: a failure save must never read the live state while the
+training thread changes it. The training thread holds it from its optimizer
+step's pre-hook to the end of its step end by a plain flag (``_mutating``), not
+a lock: the acquire and release of a ``threading.Lock`` cost ~6 µs per step
+right after a CPU training step, from cold caches
+(``benchmarks/runtime-step-cost.txt``, run 10). Anyone else (a failure save,
+:meth:`Runtime.consistent_state`) holds it by the state lock and, under it, a
+flag of its own (``_saving``). Each side writes its own flag and then reads
+the other's (Dekker's mutual exclusion; E. W. Dijkstra, "Cooperating
+sequential processes", 1965): both writes come before both reads, so at least
+one side sees the other. A save that sees ``_mutating`` polls until the step
+end clears it (``save_lock_timeout_s`` at most); a training thread that sees
+``_saving`` clears its flag and waits for the lock. The two flags are
+sequentially consistent because of the GIL: one thread runs Python bytecode at
+a time, and a switch between threads passes through the GIL's mutex, so a
+free-threaded interpreter is refused (:class:`Runtime`).
 
 Failure triggers (each ends in :meth:`Runtime.fail`, which lets the strategy
 react once and then ends the process with its exit status,
@@ -73,6 +90,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -141,6 +159,9 @@ class Runtime:
         ValueError: unknown strategy, or settings the strategy refuses
             (``periodic`` without an interval or MTBF, ``periodic-async``
             without an interval).
+        RuntimeError: a free-threaded interpreter (the GIL disabled): the runtime
+            holds the live state by flags that need the GIL's ordering (*Holding the
+            state*, module docstring).
 
     Attributes:
         strategy: the current :class:`~jitbench.runtime.strategies.base.Strategy`.
@@ -153,6 +174,9 @@ class Runtime:
     def __init__(self, config: RuntimeConfig, events: EventLog, rank: int | None = None,
                  world_size: int | None = None,
                  exit_fn: Callable[[int], Any] = os._exit) -> None:
+        if not getattr(sys, "_is_gil_enabled", lambda: True)():
+            raise RuntimeError("jitbench's runtime needs the GIL (it holds the training "
+                               "state by flags the GIL orders); run it with PYTHON_GIL=1")
         self.strategy: Strategy = strategies.load(config.strategy)(config)
         self._strategies: dict[str, Strategy] = {config.strategy: self.strategy}
         self.config = config
@@ -162,8 +186,12 @@ class Runtime:
                            else world_size)
         self.boundary = Boundary()
         self._exit_fn = exit_fn
+        # who holds the live state (Holding the state, module docstring): the training
+        # thread by a flag of its own, from its optimizer step to its step end; anyone
+        # else (a failure save, consistent_state) by the lock and _saving, set under it
         self._state_lock = threading.Lock()
-        self._holds_state_lock = False
+        self._mutating = False
+        self._saving = False
         self._fail_lock = threading.Lock()
         self._failing = False
         self._leaving = threading.Event()  # this process has decided to end (see leaving)
@@ -383,9 +411,7 @@ class Runtime:
         except BaseException as exc:  # noqa: BLE001 - every escape is a failure
             trigger = "collective_error" if is_collective_error(exc) else "exception"
             if self.fail(trigger, error=f"{type(exc).__name__}: {exc}"[:500]) is None:
-                if self._holds_state_lock:  # recovered from inside the optimizer step
-                    self._holds_state_lock = False
-                    self._state_lock.release()
+                self._mutating = False  # recovered, maybe from inside the optimizer step
                 self._redo = step
                 return
         self._end(step, info)
@@ -432,24 +458,34 @@ class Runtime:
                                else None)
 
     def _on_optimizer_step(self, *_: Any) -> None:
-        # whether this (main) thread holds the state lock is its own flag, never the
-        # phase: a failure declared on another thread (SIGTERM, a notice, an Xid) sets
-        # the phase to "failure" at any instant, also inside the optimizer step
-        if self._holds_state_lock:
+        # whether the training thread holds the state is its own flag, never the phase: a
+        # failure declared on another thread (SIGTERM, a notice, an Xid) sets the phase to
+        # "failure" at any instant, also inside the optimizer step
+        if self._mutating:
             return  # a second optimizer step in the same step
         # the steps the runtime counts are the training thread's: another thread's
-        # optimizer step takes no lock. The thread is asked only outside a step's compute
-        # phase (get_ident and the comparison of its int cost ~6 µs from cold caches,
-        # benchmarks/runtime-step-cost.txt, run 10); inside it, another thread's step
-        # takes the lock as the training thread's would, and the training thread's end
-        # of the step releases it: a failure save waits for that end, as for its own
+        # optimizer step does not hold the state. The thread is asked only outside a
+        # step's compute phase (get_ident and the comparison of its int cost ~6 µs from
+        # cold caches, benchmarks/runtime-step-cost.txt, run 10); inside it, another
+        # thread's step holds the state as the training thread's would, and the training
+        # thread's end of the step lets go: a failure save waits for that end, as for its own
         if self._phase != "compute" and _get_ident() != self._main_ident:
             return
         if self._optimizer_step_hooked:  # a strategy with work here (a call costs µs)
             self.strategy.on_optimizer_step(self)
-        self._state_lock.acquire()  # blocks for good if a failure save holds it
-        self._holds_state_lock = True
+        self._mutating = True  # then _saving is read (Holding the state, module docstring)
+        if self._saving:  # a failure save holds the state: wait for it (for good, if it ends the process)
+            self._wait_for_save()
         self._phase = "mutating"
+
+    def _wait_for_save(self) -> None:
+        """The training thread, which announced ``_mutating`` and then saw ``_saving``:
+        let go, wait until the save lets go of the state lock (for good, when the save
+        ends the process), then hold the state again (under the lock, so that the next
+        save sees it): *Holding the state* in the module docstring."""
+        self._mutating = False
+        with self._state_lock:
+            self._mutating = True
 
     def _end(self, step: int, info: dict) -> None:
         # the training thread's per-step hot path: each call and attribute chain here
@@ -458,9 +494,10 @@ class Runtime:
         # snapshot is Boundary.refresh written out (one call less)
         t_end = _monotonic()
         dur = t_end - self._phase_since
-        if not self._holds_state_lock:  # no optimizer step ran: still take the lock
-            self._state_lock.acquire()
-            self._holds_state_lock = True
+        if not self._mutating:  # no optimizer step ran: still hold the state
+            self._mutating = True
+            if self._saving:
+                self._wait_for_save()
         try:
             if self._snapshot_each_step:
                 b = self.boundary
@@ -470,9 +507,8 @@ class Runtime:
             self._phase = "boundary"
             self._phase_since = now = _monotonic()
         finally:
-            self._holds_state_lock = False
-            self._state_lock.release()
-        # rt_s: the runtime's own time at this step end (lock, snapshot): its hot path
+            self._mutating = False
+        # rt_s: the runtime's own time at this step end (snapshot, records): its hot path
         self.events.step_end(step, now, dur, now - t_end, info)
         if self._boundary_hooked:
             self.strategy.at_boundary(self, step)
@@ -545,21 +581,31 @@ class Runtime:
 
     @contextmanager
     def consistent_state(self) -> Iterator[str | None]:
-        """Hold the state lock while the live state equals the last boundary.
+        """Hold the live state while it equals the last boundary (see *Holding the state* in this
+        module's docstring).
 
-        Yields None with the lock held, or why the state cannot be had: the
-        failure came inside the optimizer step on this (main) thread, or the
-        optimizer step did not finish within ``save_lock_timeout_s``.
+        Yields None with the state held (the training thread waits at its next
+        optimizer step or step end), or why the state cannot be had: the failure
+        came inside the optimizer step on this (main) thread, or the optimizer step
+        did not finish within ``save_lock_timeout_s``.
         """
-        if threading.current_thread() is threading.main_thread() and self._holds_state_lock:
+        if threading.current_thread() is threading.main_thread() and self._mutating:
             yield "failure inside the optimizer step"
             return
+        deadline = time.monotonic() + self.config.save_lock_timeout_s
         if not self._state_lock.acquire(timeout=self.config.save_lock_timeout_s):
             yield "optimizer step did not finish"
             return
         try:
+            self._saving = True  # then _mutating is read (Holding the state, module docstring)
+            while self._mutating:  # the training thread's optimizer step or step end
+                if time.monotonic() >= deadline:
+                    yield "optimizer step did not finish"
+                    return
+                time.sleep(0.0005)
             yield None
         finally:
+            self._saving = False
             self._state_lock.release()
 
     @contextmanager

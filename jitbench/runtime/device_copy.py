@@ -27,15 +27,16 @@ GPU apart from the training stream, as in Gupta et al., EuroSys 2024):
   memory, while a pageable copy on a stream made beforehand returned in 3 ms
   (``tests/gpu/side_stream_probe.py``; ``benchmarks/gpu-2026-11-30.txt``). Nothing waits for work queued after the boundary (the next step's
   forward and backward pass and the hung all-reduce): that work only reads
-  the parameters and optimizer state, which the runtime's state lock keeps
-  from changing until the save has finished.
+  the parameters and optimizer state, which the runtime keeps from changing
+  until the save has finished (the save holds the state).
 - The host must not run ahead of the device across an optimizer step: with
   asynchronous execution it would queue step k's optimizer kernels behind
   the hung all-reduce and move its own counters (step, scheduler, the
   optimizer's CPU-resident ``step`` counts) to boundary k while the device
   tensors stay at k-1. Under ``jit`` the runtime therefore waits for the
   device (:meth:`BoundaryEvents.sync`) before each optimizer step, outside
-  its state lock, so a hang stops the main thread at boundary k-1 on both.
+  the window in which it holds the state, so a hang stops the main thread at
+  boundary k-1 on both.
 
 Not covered: a collective queued *between* the optimizer step and the end of
 the step (say an all-reduce of the loss for logging after ``opt.step()``)

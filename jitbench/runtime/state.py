@@ -107,8 +107,8 @@ def fields_scheduler(sched: Any) -> type | None:
     schedulers assign ``last_epoch``, ``_last_lr`` and ``_step_count`` anew at
     each ``step``; ``base_lrs`` never changes) and, for ``lr_lambdas``, callables
     whose state changes only inside ``scheduler.step()``. That step runs after
-    the optimizer step (the order torch requires), under the state lock, so
-    whenever a snapshot is assembled (at a boundary, or during the next step's
+    the optimizer step (the order torch requires), while the training thread holds
+    the state (no save reads it), so whenever a snapshot is assembled (at a boundary, or during the next step's
     compute phase) the callables hold the boundary's state. Anything else
     (``SequentialLR`` holding schedulers, ``OneCycleLR``'s phase dicts, a
     scheduler with its own ``state_dict``): None.
@@ -224,10 +224,9 @@ class Boundary:
         snapshot, whose buffer tensors are overwritten in place with one
         ``torch._foreach_copy_`` (the per-step hot path of strategies with ``snapshot_each_step``,
         :meth:`refresh`), and its image of torch's CPU stream (a memoryview of a
-        ``bytearray``) too: a
-        snapshot replaced through ``into`` is not a copy to keep (convert what must
-        outlive the next step end with :meth:`assemble`, under the state lock, as every
-        checkpoint does). The buffer list is cached by a call without ``into``:
+        ``bytearray``) too: a snapshot replaced through ``into`` is not a copy to keep
+        (convert what must outlive the next step end with :meth:`assemble` while the
+        state is held, as every checkpoint does). The buffer list is cached by a call without ``into``:
         buffers must be updated in place, as BatchNorm's are; a script that
         replaces a buffer tensor registers again.
 

@@ -163,3 +163,77 @@ def test_another_thread_s_optimizer_step_takes_the_lock_only_inside_a_step_s_com
         rt.close()
     assert codes == [] and rt.completed == 3
     assert free == [True, False, True, False, True]
+
+
+def test_a_save_only_ever_sees_a_boundary_s_state(tmp_path):
+    """The training thread holds the state by a flag, a save by the lock and a flag of
+    its own (Dekker's exclusion, runtime/core.py's docstring): a thread saving over and
+    over while the training thread steps, its optimizer step's window widened by a
+    sleep that lets the saver run, only ever reads parameters equal to those of the
+    boundary it reads as completed."""
+    codes: list[int] = []
+    rt, model, opt = one_rank_runtime(tmp_path, "jit", exit_fn=codes.append,
+                                      save_lock_timeout_s=10.0)
+    opt.register_step_post_hook(lambda *_: time.sleep(0.001))  # inside the mutating window
+    boundaries = {0: model.weight.detach().clone()}
+    seen: list[tuple[int, torch.Tensor]] = []
+    stop = threading.Event()
+
+    def saver() -> None:
+        while not stop.is_set():
+            with rt.consistent_state() as why:
+                if why is None:
+                    seen.append((rt.completed, model.weight.detach().clone()))
+            time.sleep(0.0002)
+
+    t = threading.Thread(target=saver)
+    t.start()
+    try:
+        for step in rt.steps(1, 150):
+            with rt.step(step):
+                model(torch.ones(1, 2)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+            boundaries[step] = model.weight.detach().clone()
+    finally:
+        stop.set()
+        t.join(30)
+        rt.close()
+    assert codes == [] and rt.completed == 150
+    assert len({s for s, _ in seen}) > 5  # the saves interleaved with the steps
+    wrong = [s for s, w in seen if not torch.equal(w, boundaries[s])]
+    assert wrong == []
+
+
+def test_an_optimizer_step_waits_for_a_save_that_holds_the_state(tmp_path):
+    """A training thread that reaches its optimizer step while a save holds the state
+    waits until the save lets go (the save then ends the process, or, in process,
+    recovery goes on)."""
+    codes: list[int] = []
+    rt, model, opt = one_rank_runtime(tmp_path, "jit", exit_fn=codes.append)
+    held, events = threading.Event(), []
+
+    def save() -> None:
+        with rt.consistent_state() as why:
+            events.append(("held", why))
+            held.set()
+            time.sleep(0.3)
+            events.append(("let go", model.weight.detach().clone()))
+
+    try:
+        _train(rt, model, opt, 1)
+        before = model.weight.detach().clone()
+        t = threading.Thread(target=save)
+        with rt.step(2):
+            model(torch.ones(1, 2)).sum().backward()
+            t.start()
+            held.wait(10)
+            opt.step()  # waits for the save
+            events.append(("stepped", None))
+            opt.zero_grad()
+        t.join(30)
+    finally:
+        rt.close()
+    assert codes == [] and [e[0] for e in events] == ["held", "let go", "stepped"]
+    assert events[0][1] is None and torch.equal(events[1][1], before)
+    assert not torch.equal(model.weight, before)

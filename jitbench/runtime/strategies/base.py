@@ -12,7 +12,7 @@ hook                   called
                        peer's memory) or None
 ``on_restore``         at the end of a restore (fresh start included)
 ``on_optimizer_step``  on the main thread at the optimizer's pre-hook, still in
-                       the ``compute`` phase, before the state lock is taken
+                       the ``compute`` phase, before the state is held
 ``at_boundary``        after each step's end event, at the boundary (main thread)
 ``before_redo``        after an in-process recovery (``on_failure`` returned None),
                        before the failed step runs again (main thread)
@@ -27,7 +27,7 @@ hook                   called
 =====================  ==========================================================
 
 Class attributes: ``snapshot_each_step`` (the facade refreshes the boundary
-snapshot at every step end under the state lock, so a failure save reads the
+snapshot at every step end while it holds the state, so a failure save reads the
 last boundary; ``benchmarks/runtime-step-cost.txt`` measures its cost). Whether
 restore looks in the checkpoint directory (``reads_checkpoints``) and the replay
 promise (``replay_bound``) are the registry entry's
@@ -136,7 +136,7 @@ class Strategy:
         """The restore has loaded ``restored`` (``step`` 0: fresh start, ``manifest`` None)."""
 
     def on_optimizer_step(self, rt: Runtime) -> None:
-        """Main thread, at the optimizer's pre-hook, before the state lock."""
+        """Main thread, at the optimizer's pre-hook, before the state is held."""
 
     def hooks_optimizer_step(self, rt: Runtime) -> bool:
         """Whether :meth:`on_optimizer_step` has work for ``rt`` as registered now (asked
