@@ -54,12 +54,21 @@ The timers above measure the runtime's work where it runs. Whether that work
 that the script's next Python work would pay anyway, is measured side by side
 (:func:`added_by_runtime`, ``--ab-rounds``): two identical workloads, one under
 an untimed ``jit`` runtime and one under none, alternate in blocks of two steps
-in a seeded random order; ``boundary gap`` is, per block, the time from the end
-of one step's work to the start of the next step's forward, and ``gap
-difference (paired)`` the per-round difference (jit minus none). The last line
-gives its median with a bootstrap 95% interval, plus the pre-hook's median
-(inside the step, so outside the gap): the runtime's added cost per step (a sum
-of two medians: an estimate, not the median of a sum).
+in a seeded random order. ``boundary`` is, per block, the time from the last
+statement of one step (after ``loss.item()``) to the first statement of the next
+(before its batch is fetched): all the runtime does at a step boundary, the
+``with`` block's exit and entry included, which the timers around ``_begin`` and
+``_end`` miss, plus the loop, which the paired difference (``boundary difference
+(paired)``, jit minus none) takes away. Since run 10 its median, with a bootstrap
+95% interval, plus the pre-hook's median (inside the step) is the first summary
+line: the runtime's whole cost per step on the training thread, measured
+directly (a sum of two medians: an estimate, not the median of a sum).
+``boundary gap`` runs on to the start of the next step's forward (its batch
+fetched, which runs from caches as cold as the runtime's work does, so it also
+shows a cold-cache cost the runtime takes over from, or leaves to, the script's
+next Python work), and ``gap difference (paired)`` the per-round difference; the
+last line gives it the same way: the runtime's added cost per step, noisier by
+the batch fetch.
 
 ``--device cuda`` trains on the first GPU (the model, its buffers and the
 optimizer moments there; the runtime then also records one CUDA event per
@@ -76,7 +85,7 @@ times on a shared machine: compare medians of runs taken at similar load.
 
 ``floor: ...`` (:func:`floor`, ``--floor-rounds``): the least any boundary work
 costs on the training thread here, measured after steps of the same workload with
-no runtime: an empty call; a clock, a lock, torch's CPU RNG copy and one record
+no runtime: an empty call; a clock, a flag, torch's CPU RNG copy and one record
 (the bare minimum of a JIT boundary); the same with every RNG stream. What the
 runtime costs above the last is its hyper-parameters, scheduler, buffers, event
 line and bookkeeping; the last itself is the price, on this machine, of a boundary
@@ -355,10 +364,14 @@ def added_by_runtime(rounds: int, warmup: int, size: str, batch_size: int, tmp: 
     ``loss.item()``) to the start of its second step's forward (its batch fetched):
     the runtime's step end and begin, the loop, and the batch fetch, which runs from
     caches as cold as the runtime's work does. Whatever the runtime's share of the
-    cold-cache cost, its cost is the paired difference of the gaps.
+    cold-cache cost, its cost is the paired difference of the gaps. The *boundary*
+    of a block stops at the second step's first statement, before the batch fetch:
+    the runtime's whole boundary (the ``with`` block's exit and entry, ``_end``,
+    ``_begin``) and the loop, without the fetch's variance.
 
     Returns:
-        ``{"boundary gap, jit": [s], "boundary gap, no runtime": [s],
+        ``{"boundary, jit": [s], "boundary, no runtime": [s], "boundary difference
+        (paired)": [s], "boundary gap, jit": [s], "boundary gap, no runtime": [s],
         "gap difference (paired)": [s]}``, one value per measured round.
     """
     torch.manual_seed(0)
@@ -376,7 +389,8 @@ def added_by_runtime(rounds: int, warmup: int, size: str, batch_size: int, tmp: 
                 data_state=w.data_state, load_data=w.load_data_state)
     rt.restore()
 
-    def work(wl, step: int) -> tuple[float, float]:
+    def work(wl, step: int) -> tuple[float, float, float]:
+        t_in = time.perf_counter()  # the step's first statement
         b = wl.batch(step, 0)
         t_fwd = time.perf_counter()
         loss = wl.loss(wl.model, b)
@@ -385,9 +399,12 @@ def added_by_runtime(rounds: int, warmup: int, size: str, batch_size: int, tmp: 
         wl.optimizer.zero_grad(set_to_none=True)
         wl.scheduler.step()
         loss.item()
-        return t_fwd, time.perf_counter()
+        # the step's tensors freed here, not in the boundary (where their buffers' frees
+        # would add 100-300 us of variance to both arms alike)
+        del loss, b
+        return t_in, t_fwd, time.perf_counter()
 
-    def jit_step(step: int) -> tuple[float, float]:
+    def jit_step(step: int) -> tuple[float, float, float]:
         with rt.step(step):
             out = work(wls["jit"], step)
         return out
@@ -395,24 +412,29 @@ def added_by_runtime(rounds: int, warmup: int, size: str, batch_size: int, tmp: 
     steps = {"jit": jit_step, "no runtime": lambda step: work(wls["no runtime"], step)}
     done = dict.fromkeys(AB_ARMS, 0)
     gaps: dict[str, list[float]] = {arm: [] for arm in AB_ARMS}
+    edges: dict[str, list[float]] = {arm: [] for arm in AB_ARMS}
     order = random.Random(seed)
     for _ in range(rounds + warmup):
         for arm in order.sample(AB_ARMS, len(AB_ARMS)):
-            _, t_end = steps[arm](done[arm] + 1)
-            t_fwd, _ = steps[arm](done[arm] + 2)
+            _, _, t_end = steps[arm](done[arm] + 1)
+            t_in, t_fwd, _ = steps[arm](done[arm] + 2)
             done[arm] += 2
             gaps[arm].append(t_fwd - t_end)
+            edges[arm].append(t_in - t_end)
     rt.finish()
     rt.close()
     events.close()
     a, b = (gaps[arm][warmup:] for arm in AB_ARMS)
-    return {"boundary gap, jit": a, "boundary gap, no runtime": b,
+    ea, eb = (edges[arm][warmup:] for arm in AB_ARMS)
+    return {"boundary, jit": ea, "boundary, no runtime": eb,
+            "boundary difference (paired)": [x - y for x, y in zip(ea, eb, strict=True)],
+            "boundary gap, jit": a, "boundary gap, no runtime": b,
             "gap difference (paired)": [x - y for x, y in zip(a, b, strict=True)]}
 
 
 FLOOR_PROBES = ("floor: an empty call",
-                "floor: clock + lock + torch's CPU RNG copy + a record",
-                "floor: clock + lock + every RNG stream + a record")
+                "floor: clock + flag + torch's CPU RNG copy + a record",
+                "floor: clock + flag + every RNG stream + a record")
 
 
 def floor(rounds: int, warmup: int, size: str, batch_size: int,
@@ -424,11 +446,14 @@ def floor(rounds: int, warmup: int, size: str, batch_size: int,
     each timed on ``rounds`` steps after ``warmup`` excluded ones:
 
     - an empty call (the timer pair and one Python call);
-    - a clock read, the acquire and release of a lock, a copy of torch's CPU RNG
-      state as the runtime takes it (since run 9 a copy of its generator's 2,544
-      bytes, :func:`jitbench.runtime.rng._torch_state`; before, ``get_state``'s 5,056-byte
+    - a clock read, a flag set and cleared on an object (how the training thread
+      holds the state since run 10; the acquire and release of a lock before), a copy
+      of torch's CPU RNG state as the runtime takes it (since run 10 its generator's
+      2,544 bytes copied into an image kept from the step before, through a
+      memoryview; in run 9 a new ``bytes`` of them,
+      :func:`jitbench.runtime.rng._torch_state`; before, ``get_state``'s 5,056-byte
       tensor) and one tuple appended to a deque: the bare minimum of a JIT boundary
-      (the state lock, the RNG, a record of the step end), without the
+      (holding the state, the RNG, a record of the step end), without the
       hyper-parameters, scheduler, buffers or the event line;
     - the same with every RNG stream, read as ``Boundary.take`` reads them, in one call
       (python's and numpy's unmoved-stream checks, the CUDA check; before run 9,
@@ -438,19 +463,30 @@ def floor(rounds: int, warmup: int, size: str, batch_size: int,
         ``{probe name: [s]}`` (:data:`FLOOR_PROBES`), ``rounds`` values each.
     """
     import collections
-    import threading
+    import types
 
     torch.manual_seed(0)
     n = len(FLOOR_PROBES)
     cfg = WorkloadConfig(name="gpt", size=size, steps=n * (rounds + warmup) + 1,
                          batch_size=batch_size, extra={"max_bytes": 200_000})
     wl = build_workload(cfg, 0, 1, device)
-    lock, record, clock = threading.Lock(), collections.deque(maxlen=64), time.monotonic
-    # torch's CPU stream as the runtime copies it: its generator's state (bytes) since
-    # run 9, get_state's tensor before (or where the layout is not found)
-    torch_state = getattr(rng_mod, "_torch_state", torch.default_generator.get_state)
-    torch_state()
-    if getattr(rng_mod, "_torch_engine", None) is not None:
+    holder = types.SimpleNamespace(mutating=False)  # the training thread's flag
+    record, clock = collections.deque(maxlen=64), time.monotonic
+    # torch's CPU stream as the runtime copies it: its generator's state into an image
+    # kept from the last step since run 10, get_state's tensor where the layout is not
+    # found (and before run 9)
+    fallback = getattr(rng_mod, "_torch_state", torch.default_generator.get_state)
+    fallback()
+    engine = getattr(rng_mod, "_torch_engine", None)
+    image = memoryview(bytearray(engine)) if engine is not None else None
+
+    def torch_state():
+        if image is None:
+            return fallback()
+        image[:] = engine
+        return image
+
+    if engine is not None:
         def every_stream() -> tuple:
             """What Boundary.take reads of the RNG streams, one call (take writes it out)."""
             r = rng_mod
@@ -461,7 +497,7 @@ def floor(rounds: int, warmup: int, size: str, batch_size: int,
             if (npst is None or r._NP_RAND._bit_generator is not bg or view is None
                     or view != raw or gview != graw):
                 npst = r._numpy_state()
-            return (py, npst, bytes(r._torch_engine),
+            return (py, npst, torch_state(),
                     r._cuda_states() if r._CUDA_FLAGGED is False or r._cuda._initialized else [])
     else:  # before run 9 the capture was this call, its checks written out in it
         every_stream = capture_rng_raw
@@ -471,14 +507,16 @@ def floor(rounds: int, warmup: int, size: str, batch_size: int,
 
     def bare() -> None:
         t = clock()
-        with lock:
-            state = torch_state()
+        holder.mutating = True
+        state = torch_state()
+        holder.mutating = False
         record.append((t, state))
 
     def streams() -> None:
         t = clock()
-        with lock:
-            state = every_stream()
+        holder.mutating = True
+        state = every_stream()
+        holder.mutating = False
         record.append((t, state))
 
     probes = dict(zip(FLOOR_PROBES, (empty, bare, streams), strict=True))
@@ -543,11 +581,19 @@ def report(times: dict, steps: int, size: str, batch_size: int, load0, load1,
         us = sorted(x * 1e6 for x in xs)
         q = statistics.quantiles(us, n=10) if len(us) > 1 else [us[0]] * 9
         head.append(f"{k:40s} {statistics.median(us):8.1f} {q[0]:8.1f} {q[8]:8.1f} {len(us):5d}")
+    pre = times.get("optimizer pre-hook (training thread)") or [0.0]
+    pre_us = statistics.median(pre) * 1e6
+    edge = times.get("boundary difference (paired)")
+    if edge:
+        med, lo, hi = (x * 1e6 for x in median_ci(edge))
+        head.append(f"# the runtime's cost per step on the training thread, whole (A/B, "
+                    f"{len(edge)} paired rounds): its step boundary, the last statement of a "
+                    f"step to the first of the next, median {med:.1f} us, 95% bootstrap "
+                    f"interval [{lo:.1f}, {hi:.1f}]; with the optimizer pre-hook's "
+                    f"{pre_us:.1f} us: {med + pre_us:.1f} us per step")
     diff = times.get("gap difference (paired)")
     if diff:
         med, lo, hi = (x * 1e6 for x in median_ci(diff))
-        pre = times.get("optimizer pre-hook (training thread)") or [0.0]
-        pre_us = statistics.median(pre) * 1e6
         head.append(f"# added by the runtime between two steps (A/B, {len(diff)} paired rounds): "
                     f"median {med:.1f} us, 95% bootstrap interval [{lo:.1f}, {hi:.1f}]; with the "
                     f"optimizer pre-hook's {pre_us:.1f} us: {med + pre_us:.1f} us per step")
