@@ -150,12 +150,21 @@ class StepBlock:
     [10.5, 14.9] per step right after a CPU training step, from cold caches
     (``benchmarks/runtime-step-cost.txt``, run 10)."""
 
-    __slots__ = ("_rt", "_step", "_info")
+    __slots__ = ("_rt", "_step", "_info", "_entered")
 
     def __init__(self, rt: Runtime, step: int) -> None:
-        self._rt, self._step, self._info = rt, step, {}
+        self._rt, self._step, self._info, self._entered = rt, step, {}, False
 
     def __enter__(self) -> dict:
+        """Begin the step; returns its info dict.
+
+        Raises:
+            RuntimeError: the block was entered before (one block per step: call
+                :meth:`Runtime.step` for each; it is not a decorator either)."""
+        if self._entered:
+            raise RuntimeError(f"the block of step {self._step} was entered before: "
+                               "call rt.step(n) for each step")
+        self._entered = True
         self._rt._begin(self._step)
         return self._info
 
@@ -489,16 +498,14 @@ class Runtime:
         # whether the training thread holds the state is its own flag, never the phase: a
         # failure declared on another thread (SIGTERM, a notice, an Xid) sets the phase to
         # "failure" at any instant, also inside the optimizer step
-        if self._mutating:
-            return  # a second optimizer step in the same step
-        # the steps the runtime counts are the training thread's: another thread's
-        # optimizer step does not hold the state. The thread is asked only outside a
-        # step's compute phase (get_ident and the comparison of its int cost ~6 µs from
-        # cold caches, benchmarks/runtime-step-cost.txt, run 10); inside it, another
-        # thread's step holds the state as the training thread's would, and the training
-        # thread's end of the step lets go: a failure save waits for that end, as for its own
-        if self._phase != "compute" and _get_ident() != self._main_ident:
-            return
+        # the steps the runtime counts are the training thread's, and only the training
+        # thread writes _mutating (the exclusion of a save has two parties, "Holding the
+        # state" in the module docstring): another thread's optimizer step holds nothing,
+        # in every phase. Asking costs ~6 µs per step from cold caches (get_ident and the
+        # comparison of its int, benchmarks/runtime-step-cost.txt, run 10); asking only
+        # outside the compute phase let another thread's step write the flag
+        if self._mutating or _get_ident() != self._main_ident:
+            return  # a second optimizer step in the same step; another thread's optimizer
         if self._optimizer_step_hooked:  # a strategy with work here (a call costs µs)
             self.strategy.on_optimizer_step(self)
         self._mutating = True  # then _saving is read (Holding the state, module docstring)
@@ -580,7 +587,13 @@ class Runtime:
         """The snapshot of the last boundary (call it at a boundary). Strategies with
         ``snapshot_each_step`` keep it current; for the others it is taken now,
         unless the one from ``restore``/``register`` is still current (its RNG is
-        the restored one, set only at the next step's start)."""
+        the restored one, set only at the next step's start).
+
+        Not a copy to keep: the next step end overwrites its buffers and its image of
+        torch's CPU stream in place (:meth:`~jitbench.runtime.state.Boundary.take`), and
+        that image (a memoryview) neither pickles nor deep-copies; what must outlive the
+        step, :meth:`~jitbench.runtime.state.Boundary.assemble` converts, as every
+        checkpoint does."""
         snap = self.boundary.snapshot
         if snap is not None and (self.strategy.snapshot_each_step
                                  or snap.get("step") == self._completed):

@@ -179,6 +179,9 @@ class Boundary:
     def __init__(self) -> None:
         self.reg = Registered()
         self.snapshot: dict | None = None
+        """The last boundary's snapshot (:meth:`take`); with ``snapshot_each_step`` the
+        next step end overwrites its buffers and its image of torch's CPU stream in
+        place: convert what must outlive it with :meth:`assemble`."""
         self.device_events = BoundaryEvents([])
         self.sharded = False
         """The model's parameters are DTensors (FSDP2/HSDP): checkpoints hold this rank's

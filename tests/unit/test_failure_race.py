@@ -126,12 +126,12 @@ def _state_lock_free(rt: Runtime) -> bool:
     return why == [None]
 
 
-def test_another_thread_s_optimizer_step_takes_the_lock_only_inside_a_step_s_compute(tmp_path):
-    """The pre-hook asks which thread steps the optimizer only outside a step's compute
-    phase (the question costs µs at every step): at a boundary another thread's optimizer
-    step takes no state lock, as before; inside a step it takes the lock as the training
-    thread's own would, the training thread's optimizer step then does not wait for it,
-    and the end of the step releases it."""
+def test_another_thread_s_optimizer_step_never_holds_the_state(tmp_path):
+    """Only the training thread's optimizer steps hold the state (only it writes the
+    flag of the exclusion): another thread's, at a boundary or inside a step's compute
+    phase, holds nothing (a reviewer's finding: asked only outside the compute phase,
+    another thread's step wrote the flag, and a save could then read parameters the
+    training thread was changing); the training thread's own step then holds it."""
     codes: list[int] = []
     rt, model, opt = one_rank_runtime(tmp_path, "jit", exit_fn=codes.append,
                                       save_lock_timeout_s=0.5)
@@ -149,20 +149,15 @@ def test_another_thread_s_optimizer_step_takes_the_lock_only_inside_a_step_s_com
         with rt.step(2):
             model(torch.ones(1, 2)).sum().backward()
             other_thread_steps()  # inside step 2's compute
-            free.append(_state_lock_free(rt))  # held for step 2, as in its optimizer step
-            opt.step()  # the training thread's: no second acquire, no wait
-            opt.zero_grad()
-        free.append(_state_lock_free(rt))
-        with rt.step(3):  # and steps go on as before
-            model(torch.ones(1, 2)).sum().backward()
-            opt.step()
-            free.append(_state_lock_free(rt))  # the training thread's own optimizer step
+            free.append(_state_lock_free(rt))
+            opt.step()  # the training thread's own: holds the state to the step's end
+            free.append(_state_lock_free(rt))
             opt.zero_grad()
         free.append(_state_lock_free(rt))
     finally:
         rt.close()
-    assert codes == [] and rt.completed == 3
-    assert free == [True, False, True, False, True]
+    assert codes == [] and rt.completed == 2
+    assert free == [True, True, False, True]
 
 
 def test_a_save_only_ever_sees_a_boundary_s_state(tmp_path):
@@ -237,3 +232,25 @@ def test_an_optimizer_step_waits_for_a_save_that_holds_the_state(tmp_path):
     assert codes == [] and [e[0] for e in events] == ["held", "let go", "stepped"]
     assert events[0][1] is None and torch.equal(events[1][1], before)
     assert not torch.equal(model.weight, before)
+
+
+def test_a_step_block_is_entered_once(tmp_path):
+    """The block rt.step(n) returns begins one step: entering it again (which would
+    run step n again and share its info dict, which the step's end event keeps) is
+    refused with a clear error, before anything of a step begins."""
+    codes: list[int] = []
+    rt, model, opt = one_rank_runtime(tmp_path, "jit", exit_fn=codes.append)
+    try:
+        block = rt.step(1)
+        with block as info:
+            model(torch.ones(1, 2)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            info["loss"] = 1.0
+        with pytest.raises(RuntimeError, match="entered before"):
+            block.__enter__()
+    finally:
+        rt.close()
+    ends = [e for e in read_events(tmp_path / "ev") if e["event"] == "step"]
+    assert codes == [] and rt.completed == 1
+    assert [(e["phase"], e["step"]) for e in ends] == [("begin", 1), ("end", 1)]
