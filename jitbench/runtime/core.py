@@ -513,6 +513,13 @@ class Runtime:
             self._wait_for_save()
         self._phase = "mutating"
 
+    def _hold_state(self) -> None:
+        """The training thread holds the state (what the pre-hook writes out inline, on
+        the per-step path): announce ``_mutating``, then wait for a save that holds it."""
+        self._mutating = True
+        if self._saving:
+            self._wait_for_save()
+
     def _wait_for_save(self) -> None:
         """The training thread, which announced ``_mutating`` and then saw ``_saving``:
         let go, wait until the save lets go of the state lock (for good, when the save
@@ -530,9 +537,7 @@ class Runtime:
         t_end = _monotonic()
         dur = t_end - self._phase_since
         if not self._mutating:  # no optimizer step ran: still hold the state
-            self._mutating = True
-            if self._saving:
-                self._wait_for_save()
+            self._hold_state()
         try:
             if self._snapshot_each_step:
                 b = self.boundary
