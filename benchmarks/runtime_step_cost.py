@@ -463,6 +463,9 @@ def floor(rounds: int, warmup: int, size: str, batch_size: int,
         ``{probe name: [s]}`` (:data:`FLOOR_PROBES`), ``rounds`` values each.
     """
     import collections
+
+    if not hasattr(rng_mod, "_CUDA_ON"):  # a tree before run 11: its CUDA check, as a flag
+        rng_mod._CUDA_ON = not rng_mod._CUDA_FLAGGED or bool(torch.cuda._initialized)
     import types
 
     torch.manual_seed(0)
@@ -497,8 +500,7 @@ def floor(rounds: int, warmup: int, size: str, batch_size: int,
             if (npst is None or r._NP_RAND._bit_generator is not bg or view is None
                     or view != raw or gview != graw):
                 npst = r._numpy_state()
-            return (py, npst, torch_state(),
-                    r._cuda_states() if r._CUDA_FLAGGED is False or r._cuda._initialized else [])
+            return py, npst, torch_state(), r._cuda_states() if r._CUDA_ON else ()
     else:  # before run 9 the capture was this call, its checks written out in it
         every_stream = capture_rng_raw
 

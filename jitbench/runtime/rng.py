@@ -235,6 +235,38 @@ _CUDA_FLAGGED = hasattr(torch.cuda, "_initialized")
 process; ``is_initialized`` is it and not a bad fork). Without it, every capture calls
 ``is_initialized``."""
 
+_CUDA_ON = True
+"""Whether a capture reads the CUDA streams (calls :func:`_cuda_states`, which returns []
+while CUDA is not initialised). False until CUDA is initialised in this process where
+torch says when (:func:`_watch_cuda`), True for good elsewhere. The per-step capture
+(:meth:`jitbench.runtime.state.Boundary.take`) reads this flag of its own module
+instead of ``torch.cuda._initialized``: from cold caches, right after a CPU training
+step, the lookup in ``torch.cuda``'s module dict cost 2.7 µs [0.7, 5.5] per step more
+(``benchmarks/runtime-step-cost.txt``, run 11)."""
+
+
+def _cuda_initialised() -> None:
+    """Called by torch when CUDA is initialised in this process (:func:`_watch_cuda`)."""
+    global _CUDA_ON
+    _CUDA_ON = True
+
+
+def _watch_cuda() -> None:
+    """Have :data:`_CUDA_ON` follow CUDA's initialisation: torch runs the callables of
+    ``torch.cuda._lazy_call`` once CUDA is initialised (``_lazy_init``, after the
+    devices' generators exist), or at once where it is already; a forked child keeps
+    the queued call, and in a bad fork :func:`_cuda_states` still returns []. Where
+    torch has neither ``_lazy_call`` nor ``_initialized``, the flag stays True and every
+    capture asks :func:`_cuda_states`."""
+    global _CUDA_ON
+    lazy = getattr(_cuda, "_lazy_call", None)
+    if _CUDA_FLAGGED and callable(lazy):
+        _CUDA_ON = False
+        lazy(_cuda_initialised)
+
+
+_watch_cuda()
+
 
 _TORCH_GEN = torch.default_generator
 """torch's CPU generator (``torch.get_rng_state`` reads it)."""

@@ -52,6 +52,11 @@ data position is a function of the step, so no boundary needs to copy it."""
 
 _ATOMS = frozenset((int, float, bool, str, bytes, type(None), complex))
 
+_NO_CUDA: tuple = ()
+"""The CUDA streams of a capture in a process where CUDA is not initialised (shared:
+immutable, and the same object at each step, so :meth:`Boundary.take` keeps the
+replaced snapshot's RNG tuple)."""
+
 
 def copy_small(obj: Any) -> Any:
     """A deep copy of a small state value, 3-5x faster than :func:`copy.deepcopy`.
@@ -224,9 +229,10 @@ class Boundary:
 
         The RNG streams are kept raw (converted when a checkpoint is written)
         unless ``rng`` (a checkpoint's) is given. ``into``: the previous
-        snapshot, whose buffer tensors are overwritten in place with one
-        ``torch._foreach_copy_`` (the per-step hot path of strategies with ``snapshot_each_step``,
-        :meth:`refresh`), and its image of torch's CPU stream (a memoryview of a
+        snapshot (a dict this method made), updated in place and returned (the per-step
+        hot path of strategies with ``snapshot_each_step``, :meth:`refresh`): its keys
+        are set to this boundary's values, its buffer tensors overwritten with one
+        ``torch._foreach_copy_`` and its image of torch's CPU stream (a memoryview of a
         ``bytearray``) too: a snapshot replaced through ``into`` is not a copy to keep
         (convert what must outlive the next step end with :meth:`assemble` while the
         state is held, as every checkpoint does). The buffer list is cached by a call without ``into``:
@@ -256,6 +262,7 @@ class Boundary:
             if (npst is None or _rng._NP_RAND._bit_generator is not bg or view is None
                     or view != raw or gview != graw):
                 npst = _rng._numpy_state()
+            prev = into["rng"] if into is not None else None
             engine = _rng._torch_engine
             if engine is None:  # the layout was not found: get_state's tensor
                 image = _rng._torch_state()
@@ -265,15 +272,15 @@ class Boundary:
                 # bytearray's slice assignment (CPython copies a non-bytearray value
                 # first), allocates 2,544 bytes, past pymalloc's small objects: 12-15 µs
                 # more per step from cold caches (benchmarks/runtime-step-cost.txt, run 10)
-                prev = into["rng"] if into is not None else None
                 image = prev[2] if type(prev) is tuple else None
                 if type(image) is memoryview:
                     image[:] = engine
                 else:
                     image = memoryview(bytearray(engine))
-            rng = (py, npst, image,
-                   _rng._cuda_states() if _rng._CUDA_FLAGGED is False or _rng._cuda._initialized
-                   else [])
+            cuda = _rng._cuda_states() if _rng._CUDA_ON else _NO_CUDA
+            # the replaced snapshot's tuple, where no stream's capture is a new object
+            rng = (prev if type(prev) is tuple and prev[0] is py and prev[1] is npst
+                   and prev[2] is image and prev[3] is cuda else (py, npst, image, cuda))
         live = self._live_buffers
         if into is not None and live is not None and len(into["buffers"]) == len(live):
             buffers = into["buffers"]  # the buffer list is unchanged: copied in place
@@ -311,20 +318,39 @@ class Boundary:
                     d[k] = copy_small(v)  # a tensor lr, a list, a tuple holding a tensor
                 groups.append(d)
         sched = r.scheduler
-        snap = {
-            "rng": rng,
-            "buffers": buffers,
-            "param_groups": groups,
-            "scheduler": (None if sched is None else _SchedulerFields(sched.__dict__)
-                          if self._sched_cls is not None else copy_small(sched.state_dict())),
-            "scaler": copy_small(r.scaler.state_dict()) if r.scaler is not None else None,
-            "data": LAZY if r.data_state else {},  # data_state(step) when assembled
-            "extra": copy_small(r.extra_state()) if r.extra_state else {},
-            "step": step,
-        }
+        sched = (None if sched is None else _SchedulerFields(sched.__dict__)
+                 if self._sched_cls is not None else copy_small(sched.state_dict()))
+        if into is None:
+            into = {
+                "rng": rng,
+                "buffers": buffers,
+                "param_groups": groups,
+                "scheduler": sched,
+                "scaler": copy_small(r.scaler.state_dict()) if r.scaler is not None else None,
+                "data": LAZY if r.data_state else {},  # data_state(step) when assembled
+                "extra": copy_small(r.extra_state()) if r.extra_state else {},
+                "step": step,
+            }
+        else:
+            # the replaced snapshot, updated in place: a new dict of eight keys, and the
+            # old one's release, cost several µs per step from cold caches (with the RNG
+            # tuple kept, 5.6 µs [3.5, 8.8] less, benchmarks/runtime-step-cost.txt, run
+            # 11); what no step changes (the data position's marker, a scaler's or the
+            # extra state's absence) stays as the snapshot without ``into`` made it
+            if into["rng"] is not rng:
+                into["rng"] = rng
+            if into["buffers"] is not buffers:
+                into["buffers"] = buffers
+            into["param_groups"] = groups
+            into["scheduler"] = sched
+            if r.scaler is not None:
+                into["scaler"] = copy_small(r.scaler.state_dict())
+            if r.extra_state:
+                into["extra"] = copy_small(r.extra_state())
+            into["step"] = step
         if self.device_events.events:  # CUDA: the work queued so far is this boundary's state
             self.device_events.mark()
-        return snap
+        return into
 
     def _clone_buffers(self) -> dict:
         """Clones of the model's buffers, their list cached for the in-place copies of

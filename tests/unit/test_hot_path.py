@@ -365,6 +365,68 @@ def test_cuda_streams_are_read_from_each_devices_generator(monkeypatch):
     assert rng_mod.capture_rng_raw()[3] == ["all"]
 
 
+def test_the_take_s_cuda_check_follows_cuda_s_initialisation(monkeypatch):
+    """The per-step capture reads the CUDA streams once torch says CUDA is initialised:
+    the callable rng._watch_cuda queues through torch.cuda._lazy_call (run at CUDA's
+    initialisation, or at once) sets the flag; until then a boundary's capture holds no
+    CUDA stream and asks torch nothing. Where torch has no _lazy_call the flag stays set
+    and every capture asks _cuda_states. Simulated here: this machine has no GPU."""
+    queued = []
+    monkeypatch.setattr(rng_mod, "_cuda", type("Cuda", (), {
+        "_lazy_call": staticmethod(queued.append)})())
+    monkeypatch.setattr(rng_mod, "_CUDA_FLAGGED", True)
+    monkeypatch.setattr(rng_mod, "_CUDA_ON", True)
+    asked = []
+    monkeypatch.setattr(rng_mod, "_cuda_states", lambda: asked.append(1) or ["dev0"])
+    rng_mod._watch_cuda()
+    assert rng_mod._CUDA_ON is False and queued == [rng_mod._cuda_initialised]
+    _, _, _, b, step = _training(SCHEDULERS["LambdaLR"])
+    step()
+    b.refresh(1)
+    assert b.snapshot["rng"][3] == () and asked == []
+    queued[0]()  # torch initialises CUDA
+    step()
+    b.refresh(2)
+    assert b.snapshot["rng"][3] == ["dev0"] and asked == [1]
+    monkeypatch.setattr(rng_mod, "_cuda", object())  # no _lazy_call
+    monkeypatch.setattr(rng_mod, "_CUDA_ON", False)
+    rng_mod._watch_cuda()
+    assert rng_mod._CUDA_ON is False  # left as it was: only _lazy_call's callable sets it
+    monkeypatch.setattr(rng_mod, "_CUDA_ON", True)
+    rng_mod._watch_cuda()
+    assert rng_mod._CUDA_ON is True
+
+
+def test_a_replaced_snapshot_is_updated_in_place_and_what_was_assembled_stays():
+    """take(into=...) updates the snapshot it replaces and returns it: each key holds
+    the new boundary's value (the step, the hyper-parameters the scheduler set, the
+    scheduler's fields), the RNG tuple is kept while no stream moved and replaced when
+    one did, and a state assembled from the snapshot before (a checkpoint's) keeps the
+    old boundary's values."""
+    _, opt, sched, b, step = _training(SCHEDULERS["LambdaLR"])
+    step()
+    b.refresh(1)
+    snap, rng1 = b.snapshot, b.snapshot["rng"]
+    groups1, sched1 = snap["param_groups"], snap["scheduler"]
+    old = b.assemble(1, snap)
+    lr1 = opt.param_groups[0]["lr"]
+    step()
+    b.refresh(2)
+    assert b.snapshot is snap and snap["step"] == 2
+    assert snap["rng"] is rng1  # no stream moved but torch's, whose image is overwritten
+    assert snap["param_groups"] is not groups1 and snap["scheduler"] is not sched1
+    assert snap["param_groups"][0]["lr"] == opt.param_groups[0]["lr"] != lr1
+    assert snap["scheduler"]["last_epoch"] == sched.last_epoch == 2
+    assert old["optimizer"]["param_groups"][0]["lr"] == lr1 == groups1[0]["lr"]
+    assert old["scheduler"]["last_epoch"] == 1 and old["step"] == 1
+    assert set(snap) == set(b.take(2))
+    random.random()  # python's stream moves
+    step()
+    b.refresh(3)
+    assert snap["rng"] is not rng1 and snap["rng"][0] is not rng1[0]
+    assert snap["rng"][0] == random.getstate() and rng1[0] != random.getstate()
+
+
 def _saved_states() -> tuple:
     """python's, numpy's and torch's CPU streams after seed(5) and one Gaussian (a cached
     one in each)."""
