@@ -364,7 +364,12 @@ def main_inprocess(run_dir: Path, spec: RunSpec) -> int:
             _give_up(events, EXIT_BAD_CHECKPOINT, "restore", exc)
         except Exception as exc:  # noqa: BLE001 - the source failed during the transfer
             _give_up(events, EXIT_FAILURE, "join", exc)
-        job.wrap()
+        try:
+            job.wrap()  # DDP's construction: a broadcast of rank 0's module states
+        except Exception as exc:  # noqa: BLE001 - a member died meanwhile
+            # this rank holds the adopted state: the next membership round, as a
+            # survivor's failed re-form starts one (the model wrapped again), or its exit
+            rt.recover(exc)
         first = rt.completed + 1  # the step after the state received
     else:
         job.wrap()

@@ -417,14 +417,40 @@ class Runtime:
                 continue
             # the failed step's exception (and every frame it held: DDP's reducer, the
             # old process group) is gone now; the strategy finishes its recovery here
-            code = self.strategy.before_redo(self)
-            if code is not None:
-                self._save_done.set()
-                self._end_process(code)
+            if not self._finish_recovery():
                 return
-            # the adopted boundary: no collective of the new generation reached yet
-            self._posted = self._entered = self._completed
             step = self._completed + 1
+
+    def _finish_recovery(self) -> bool:
+        """After a failure the strategy recovered in process (on this, the main thread):
+        let it re-form (``before_redo``). True: back at the adopted boundary; False: the
+        process ends with the strategy's status (or ``exit_fn`` returned, in tests)."""
+        code = self.strategy.before_redo(self)
+        if code is not None:
+            self._save_done.set()
+            self._end_process(code)
+            return False
+        # the adopted boundary: no collective of the new generation reached yet
+        self._posted = self._entered = self._completed
+        return True
+
+    def recover(self, exc: BaseException) -> bool:
+        """A failure of work outside a step block, on the main thread, after the state
+        was restored or adopted: a newcomer's DDP construction, whose broadcast of rank
+        0's module states fails when a member dies meanwhile. Declared as an exception
+        escaping a :meth:`step` block is (trigger ``collective_error`` where ``exc``
+        comes from a collective, :func:`is_collective_error`; else ``exception``); where
+        the strategy recovers in process, its recovery is finished here, as
+        :meth:`steps` finishes it after a step (the model wrapped again on the new
+        generation): continue from :attr:`completed` + 1. Otherwise the process ends.
+
+        Returns:
+            True once recovered; False only where ``exit_fn`` returned (tests).
+        """
+        trigger = "collective_error" if is_collective_error(exc) else "exception"
+        if self.fail(trigger, error=f"{type(exc).__name__}: {exc}"[:500]) is not None:
+            return False
+        return self._finish_recovery()
 
     def step(self, step: int) -> StepBlock:
         """Mark one optimizer step: a context manager whose ``as`` value is a dict whose

@@ -244,3 +244,37 @@ def test_a_kept_rank_whose_main_thread_never_returns_fails_itself(tmp_path, case
         assert stuck[0]["bound_s"] == 0.2 and stuck[0]["waited_s"] > 0.2
         assert [e["kind"] for e in evs if e["event"] == "save" and e["phase"] == "end"] \
             == ["jit"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("outcome", ["re-formed", "left"])
+def test_a_failure_outside_a_step_is_recovered_as_one_inside(tmp_path, outcome):
+    """A newcomer's DDP construction fails when a member dies during its broadcast
+    (before any step block): Runtime.recover declares it like an exception escaping a
+    step (trigger collective_error for a reset connection) and, where the strategy
+    recovers in process, finishes the recovery at once (before_redo re-forms; the
+    collectives of the adopted boundary count as done); a strategy that cannot recover
+    ends the process with its status."""
+    exits: list[int] = []
+    rt, _, _ = one_rank_runtime(tmp_path, "jit-inprocess", exit_fn=exits.append)
+    calls = []
+    try:
+        strat = rt.strategy
+        strat.on_failure = lambda rt_, trigger, phase: calls.append((trigger, phase))
+
+        def before_redo(rt_):
+            calls.append("redo")
+            return None if outcome == "re-formed" else 79
+        strat.before_redo = before_redo
+        rt.mark_collective(3)  # a collective of the lost generation, posted
+        back = rt.recover(RuntimeError("Connection reset by peer"))
+        assert calls == [("collective_error", "boundary"), "redo"]
+        if outcome == "re-formed":
+            assert back is True and exits == [] and rt.posted == rt.completed == 0
+            assert not rt.leaving
+        else:
+            assert back is False and exits == [79]
+    finally:
+        rt.close()
+    [failure] = [e for e in read_events(tmp_path / "ev") if e["event"] == "failure"]
+    assert failure["trigger"] == "collective_error" and "Connection reset" in failure["error"]
