@@ -60,7 +60,7 @@ from jitbench.harness.store import attempt_store as _store
 from jitbench.runtime import reduce
 from jitbench.runtime.checkpoint import CheckpointError
 from jitbench.runtime.config import EXIT_FAILURE
-from jitbench.runtime.core import Runtime
+from jitbench.runtime.core import Runtime, describe_failure
 from jitbench.runtime.events import EventLog, events_path
 from jitbench.runtime.rng import rng_digest
 from jitbench.workloads import DataError, build_workload
@@ -79,6 +79,22 @@ def _give_up(events: EventLog, code: int, where: str, exc: BaseException) -> int
     events.emit("exit", code=code, durable=True)
     events.close()
     os._exit(code)
+
+
+def _wrap_as_newcomer(job: _Job, rt: Runtime) -> None:
+    """A newcomer that adopted the survivors' state wraps the model (DDP's construction
+    broadcasts rank 0's module states). A member dying meanwhile fails the wrap: this
+    rank, which holds the state, takes part in the next membership round as a survivor
+    whose re-form failed does (:meth:`Runtime.recover`; the model wrapped again), or
+    ends with the strategy's status. The recovery starts after the ``except`` block,
+    once the exception and the half-built DDP its traceback holds are gone."""
+    failed = None
+    try:
+        job.wrap()
+    except Exception as exc:  # noqa: BLE001 - a member died during the broadcast
+        failed = describe_failure(exc)
+    if failed is not None:
+        rt.recover(*failed)
 
 
 def _seed_everything(seed: int) -> None:
@@ -364,13 +380,8 @@ def main_inprocess(run_dir: Path, spec: RunSpec) -> int:
             _give_up(events, EXIT_BAD_CHECKPOINT, "restore", exc)
         except Exception as exc:  # noqa: BLE001 - the source failed during the transfer
             _give_up(events, EXIT_FAILURE, "join", exc)
-        try:
-            job.wrap()  # DDP's construction: a broadcast of rank 0's module states
-        except Exception as exc:  # noqa: BLE001 - a member died meanwhile
-            # this rank holds the adopted state: the next membership round, as a
-            # survivor's failed re-form starts one (the model wrapped again), or its exit
-            rt.recover(exc)
-        first = rt.completed + 1  # the step after the state received
+        _wrap_as_newcomer(job, rt)
+        first = rt.completed + 1  # the step after the state received (or re-formed)
     else:
         job.wrap()
         try:

@@ -434,21 +434,25 @@ class Runtime:
         self._posted = self._entered = self._completed
         return True
 
-    def recover(self, exc: BaseException) -> bool:
+    def recover(self, trigger: str, error: str) -> bool:
         """A failure of work outside a step block, on the main thread, after the state
         was restored or adopted: a newcomer's DDP construction, whose broadcast of rank
-        0's module states fails when a member dies meanwhile. Declared as an exception
-        escaping a :meth:`step` block is (trigger ``collective_error`` where ``exc``
-        comes from a collective, :func:`is_collective_error`; else ``exception``); where
-        the strategy recovers in process, its recovery is finished here, as
-        :meth:`steps` finishes it after a step (the model wrapped again on the new
-        generation): continue from :attr:`completed` + 1. Otherwise the process ends.
+        0's module states fails when a member dies meanwhile. ``trigger`` and ``error``
+        as :func:`describe_failure` gives them for the exception: the failure is
+        declared as one escaping a :meth:`step` block is; where the strategy recovers in
+        process, its recovery is finished here, as :meth:`steps` finishes it after a step
+        (the model wrapped again on the new generation): continue from
+        :attr:`completed` + 1. Otherwise the process ends.
+
+        Call it after the ``except`` block, not inside it: the exception's traceback
+        holds the frames of the failed work (a half-built DDP and the old generation's
+        process group, which a peer blocked in the old collective waits on until nothing
+        refers to it), and the re-form must not begin while they live.
 
         Returns:
             True once recovered; False only where ``exit_fn`` returned (tests).
         """
-        trigger = "collective_error" if is_collective_error(exc) else "exception"
-        if self.fail(trigger, error=f"{type(exc).__name__}: {exc}"[:500]) is not None:
+        if self.fail(trigger, error=error) is not None:
             return False
         return self._finish_recovery()
 
@@ -471,8 +475,8 @@ class Runtime:
         """The end of a :meth:`step` block that ``exc`` escaped: the failure. Returns
         True, the exception taken: the process ends, or the strategy recovered in
         process (then :meth:`steps` repeats the step)."""
-        trigger = "collective_error" if is_collective_error(exc) else "exception"
-        if self.fail(trigger, error=f"{type(exc).__name__}: {exc}"[:500]) is None:
+        trigger, error = describe_failure(exc)
+        if self.fail(trigger, error=error) is None:
             self._mutating = False  # recovered, maybe from inside the optimizer step
             self._redo = step
             return True
@@ -1085,6 +1089,14 @@ def _say(line: str) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
+
+
+def describe_failure(exc: BaseException) -> tuple[str, str]:
+    """``(trigger, error)`` for a failure that ``exc`` is: ``collective_error`` where it
+    comes from a collective (:func:`is_collective_error`), else ``exception``; and
+    ``"Type: message"`` cut to 500 characters (the failure event's ``error``)."""
+    trigger = "collective_error" if is_collective_error(exc) else "exception"
+    return trigger, f"{type(exc).__name__}: {exc}"[:500]
 
 
 def is_collective_error(exc: BaseException) -> bool:

@@ -332,21 +332,21 @@ class Boundary:
                 "step": step,
             }
         else:
-            # the replaced snapshot, updated in place: a new dict of eight keys, and the
-            # old one's release, cost several µs per step from cold caches (with the RNG
-            # tuple kept, 5.6 µs [3.5, 8.8] less, benchmarks/runtime-step-cost.txt, run
-            # 11); what no step changes (the data position's marker, a scaler's or the
-            # extra state's absence) stays as the snapshot without ``into`` made it
+            # the replaced snapshot, updated in place to what a new one would hold: a new
+            # dict of eight keys, and the old one's release, cost several µs per step
+            # from cold caches (with the RNG tuple kept, 5.6 µs [3.5, 8.8] less,
+            # benchmarks/runtime-step-cost.txt, run 11); every key is set again, so that
+            # nothing written into the snapshot since (Runtime.amend_snapshot) outlives
+            # its boundary
             if into["rng"] is not rng:
                 into["rng"] = rng
             if into["buffers"] is not buffers:
                 into["buffers"] = buffers
             into["param_groups"] = groups
             into["scheduler"] = sched
-            if r.scaler is not None:
-                into["scaler"] = copy_small(r.scaler.state_dict())
-            if r.extra_state:
-                into["extra"] = copy_small(r.extra_state())
+            into["scaler"] = copy_small(r.scaler.state_dict()) if r.scaler is not None else None
+            into["data"] = LAZY if r.data_state else {}
+            into["extra"] = copy_small(r.extra_state()) if r.extra_state else {}
             into["step"] = step
         if self.device_events.events:  # CUDA: the work queued so far is this boundary's state
             self.device_events.mark()

@@ -419,11 +419,18 @@ def test_a_replaced_snapshot_is_updated_in_place_and_what_was_assembled_stays():
     assert snap["scheduler"]["last_epoch"] == sched.last_epoch == 2
     assert old["optimizer"]["param_groups"][0]["lr"] == lr1 == groups1[0]["lr"]
     assert old["scheduler"]["last_epoch"] == 1 and old["step"] == 1
-    assert set(snap) == set(b.take(2))
+    fresh = b.take(2)
+    assert set(snap) == set(fresh)
+    live = ("rng", "param_groups", "scheduler", "buffers")
+    assert {k: v for k, v in snap.items() if k not in live} \
+        == {k: v for k, v in fresh.items() if k not in live}
+    assert all(torch.equal(snap["buffers"][k], v) for k, v in fresh["buffers"].items())
+    snap["scaler"] = {"scale": 1024.0}  # written in since (Runtime.amend_snapshot)
     random.random()  # python's stream moves
     step()
     b.refresh(3)
     assert snap["rng"] is not rng1 and snap["rng"][0] is not rng1[0]
+    assert snap["scaler"] is None  # as a new snapshot holds without a registered scaler
     assert snap["rng"][0] == random.getstate() and rng1[0] != random.getstate()
 
 

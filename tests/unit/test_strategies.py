@@ -9,7 +9,7 @@ import torch
 
 from jitbench.runtime import strategies
 from jitbench.runtime.config import EXIT_FAILURE, RuntimeConfig
-from jitbench.runtime.core import Runtime
+from jitbench.runtime.core import Runtime, describe_failure
 from jitbench.runtime.events import EventLog, read_events
 from jitbench.runtime.strategies.base import Strategy
 from jitbench.runtime.strategies.jit import JustInTime
@@ -267,7 +267,7 @@ def test_a_failure_outside_a_step_is_recovered_as_one_inside(tmp_path, outcome):
             return None if outcome == "re-formed" else 79
         strat.before_redo = before_redo
         rt.mark_collective(3)  # a collective of the lost generation, posted
-        back = rt.recover(RuntimeError("Connection reset by peer"))
+        back = rt.recover(*describe_failure(RuntimeError("Connection reset by peer")))
         assert calls == [("collective_error", "boundary"), "redo"]
         if outcome == "re-formed":
             assert back is True and exits == [] and rt.posted == rt.completed == 0
@@ -278,3 +278,38 @@ def test_a_failure_outside_a_step_is_recovered_as_one_inside(tmp_path, outcome):
         rt.close()
     [failure] = [e for e in read_events(tmp_path / "ev") if e["event"] == "failure"]
     assert failure["trigger"] == "collective_error" and "Connection reset" in failure["error"]
+
+
+def test_a_newcomer_recovers_from_a_failed_wrap_after_letting_go_of_it():
+    """A newcomer's failed DDP wrap (a member died during its broadcast) goes to
+    Runtime.recover as a collective failure, and only once the exception is gone: its
+    traceback held the half-built wrapper and the old process group, which a peer
+    blocked in the old collective waits on. A wrap that succeeds recovers nothing."""
+    import gc
+    import weakref
+    from types import SimpleNamespace
+
+    from jitbench.harness.worker import _wrap_as_newcomer
+
+    class Wrapper:  # stands for the half-built DDP its frame holds
+        pass
+
+    held: list[weakref.ref] = []
+
+    def wrap():
+        half_built = Wrapper()
+        held.append(weakref.ref(half_built))
+        raise RuntimeError("[gloo] Connection reset by peer")
+
+    seen = []
+
+    def recover(trigger, error):
+        gc.collect()
+        seen.append((trigger, error, held[0]() is None))
+        return True
+
+    _wrap_as_newcomer(SimpleNamespace(wrap=wrap), SimpleNamespace(recover=recover))
+    assert seen == [("collective_error", "RuntimeError: [gloo] Connection reset by peer", True)]
+    seen.clear()
+    _wrap_as_newcomer(SimpleNamespace(wrap=lambda: None), SimpleNamespace(recover=recover))
+    assert seen == []
