@@ -3,7 +3,8 @@
 # check, run the GPU tests (real NVML probe, side-stream copy behind a spinning
 # kernel, NCCL runs), one single-GPU run of the main job and the JIT runtime's
 # per-step cost on the training thread with the default GPT on the GPU (issue 16:
-# <= 50 us; benchmarks/runtime_step_cost.py). Results go to ${OUT:-gpu-results}/.
+# <= 50 us; benchmarks/runtime_step_cost.py; the CUDA RNG capture after CUDA initialises is
+# tests/gpu/test_cuda_rng.py). Results go to ${OUT:-gpu-results}/.
 # Usage (repository root): OUT=/some/dir tests/gpu/device_checks.sh
 # The GPU machine reaches no package registry and has its own torch: jitbench
 # is installed without dependencies (the image holds them) and is also put on
