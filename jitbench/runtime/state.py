@@ -334,10 +334,10 @@ class Boundary:
         else:
             # the replaced snapshot, updated in place to what a new one would hold: a new
             # dict of eight keys, and the old one's release, cost several µs per step
-            # from cold caches (with the RNG tuple kept, 5.6 µs [3.5, 8.8] less,
-            # benchmarks/runtime-step-cost.txt, run 11); every key is set again, so that
-            # nothing written into the snapshot since (Runtime.amend_snapshot) outlives
-            # its boundary
+            # from cold caches (this take, the RNG tuple kept, 2.0 µs [0.5, 3.2] less than
+            # one building a new dict, benchmarks/runtime-step-cost.txt, run 11); every
+            # key is set again, so that nothing written into the snapshot since
+            # (Runtime.amend_snapshot) outlives its boundary
             if into["rng"] is not rng:
                 into["rng"] = rng
             if into["buffers"] is not buffers:
