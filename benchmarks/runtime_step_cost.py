@@ -33,8 +33,11 @@ microseconds (µs):
   each: the split of ``rt_s`` by component;
 - ``again right after``: the same parts timed once more at the same boundary,
   right after the step (the same calls the runtime makes, repeated outside the
-  step), when the caches hold their code and data: ``Boundary.refresh`` and
-  inside it the RNG capture (and torch's CPU stream alone), the buffers'
+  step), when the caches hold their code and data: ``Boundary.refresh``; the RNG
+  capture on its own, as :func:`~jitbench.runtime.rng.capture_rng_raw` makes it
+  (each stream's function called, and a new copy of torch's CPU stream, which
+  ``refresh`` writes into the image it keeps instead: so this row can exceed
+  ``refresh``'s), and torch's CPU stream alone (a new copy); the buffers'
   in-place copy, the optimizer hyper-parameters, the LR scheduler, the data
   position; ``EventLog.step_end`` (``emit`` before run 7) of a
   step-end event (what the training thread pays for one event line) and, for
@@ -252,7 +255,7 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
                 setattr(obj, name, fn)
 
     parts: dict[str, list[float]] = {k: [] for k in (
-        "again right after: Boundary.refresh", "  rng capture ", "    torch's CPU stream ",
+        "again right after: Boundary.refresh", "  capture_rng_raw, alone (a new copy of torch's)", "    torch's CPU stream, a new copy",
         "  buffers copy ",
         "  optimizer hyper-parameters ", "  LR scheduler ",
         "  data position (at a save, not per step)", "EventLog.step_end (step end)",
@@ -300,8 +303,8 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
         p = parts
         p["again right after: Boundary.refresh"].append(
             _once(lambda s=step: rt.boundary.refresh(s)))
-        p["  rng capture "].append(_once(capture_rng_raw))
-        p["    torch's CPU stream "].append(_once(getattr(rng_mod, "_torch_state",
+        p["  capture_rng_raw, alone (a new copy of torch's)"].append(_once(capture_rng_raw))
+        p["    torch's CPU stream, a new copy"].append(_once(getattr(rng_mod, "_torch_state",
                                                        torch.get_rng_state)))
         if bufs:
             p["  buffers copy "].append(_once(lambda: torch._foreach_copy_(bufs, live)))
@@ -569,6 +572,7 @@ def _gpu(device: torch.device) -> str:
 def report(times: dict, steps: int, size: str, batch_size: int, load0, load1,
            device: torch.device = torch.device("cpu")) -> str:
     """The table: median, p10, p90 per component (µs)."""
+    w = max([40, *(len(k) for k, xs in times.items() if xs)])  # the label column
     head = [f"# runtime step cost: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, "
             f"commit {git_commit()}, Python {platform.python_version()}, torch {torch.__version__}",
             f"# machine: {_cpu()}, nproc {os.cpu_count()}, load average (1/5/15 min) "
@@ -576,13 +580,13 @@ def report(times: dict, steps: int, size: str, batch_size: int, load0, load1,
             f"{' '.join(f'{x:.2f}' for x in load1)} after{_gpu(device)}",
             f"# gpt {size}, batch {batch_size}, strategy jit, device {device.type}, 1 rank in process, "
             f"{steps} measured steps; microseconds per step",
-            f"{'component':40s} {'median':>8s} {'p10':>8s} {'p90':>8s} {'n':>5s}"]
+            f"{'component':{w}s} {'median':>8s} {'p10':>8s} {'p90':>8s} {'n':>5s}"]
     for k, xs in times.items():
         if not xs:
             continue
         us = sorted(x * 1e6 for x in xs)
         q = statistics.quantiles(us, n=10) if len(us) > 1 else [us[0]] * 9
-        head.append(f"{k:40s} {statistics.median(us):8.1f} {q[0]:8.1f} {q[8]:8.1f} {len(us):5d}")
+        head.append(f"{k:{w}s} {statistics.median(us):8.1f} {q[0]:8.1f} {q[8]:8.1f} {len(us):5d}")
     pre = times.get("optimizer pre-hook (training thread)") or [0.0]
     pre_us = statistics.median(pre) * 1e6
     edge = times.get("boundary difference (paired)")
