@@ -862,7 +862,9 @@ class Runtime:
         """Replace ``key`` of the boundary snapshot of ``step`` with a copy of ``value``
         (a launched script's ``GradScaler.update`` runs after the optimizer step that
         ends the step, so the scaler's boundary value is known only then). Returns
-        False, changing nothing, when the snapshot is of another step."""
+        False, changing nothing, when the snapshot is of another step. The value holds
+        for that boundary only: the next step end sets every key of the snapshot again
+        (:meth:`~jitbench.runtime.state.Boundary.take`)."""
         with self._state_lock:
             snap = self.boundary.snapshot
             if snap is None or snap.get("step") != step or key not in snap:
