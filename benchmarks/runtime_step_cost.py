@@ -255,7 +255,8 @@ def measure(steps: int, warmup: int, size: str, batch_size: int, tmp: Path,
                 setattr(obj, name, fn)
 
     parts: dict[str, list[float]] = {k: [] for k in (
-        "again right after: Boundary.refresh", "  capture_rng_raw, alone (a new copy of torch's)", "    torch's CPU stream, a new copy",
+        "again right after: Boundary.refresh",
+        "  capture_rng_raw, alone (a new copy of torch's)", "    torch's CPU stream, a new copy",
         "  buffers copy ",
         "  optimizer hyper-parameters ", "  LR scheduler ",
         "  data position (at a save, not per step)", "EventLog.step_end (step end)",
@@ -466,10 +467,10 @@ def floor(rounds: int, warmup: int, size: str, batch_size: int,
         ``{probe name: [s]}`` (:data:`FLOOR_PROBES`), ``rounds`` values each.
     """
     import collections
+    import types
 
     if not hasattr(rng_mod, "_CUDA_ON"):  # a tree before run 11: its CUDA check, as a flag
         rng_mod._CUDA_ON = not rng_mod._CUDA_FLAGGED or bool(torch.cuda._initialized)
-    import types
 
     torch.manual_seed(0)
     n = len(FLOOR_PROBES)

@@ -320,17 +320,12 @@ class Boundary:
         sched = r.scheduler
         sched = (None if sched is None else _SchedulerFields(sched.__dict__)
                  if self._sched_cls is not None else copy_small(sched.state_dict()))
+        scaler = copy_small(r.scaler.state_dict()) if r.scaler is not None else None
+        data = LAZY if r.data_state else {}  # data_state(step) when assembled
+        extra = copy_small(r.extra_state()) if r.extra_state else {}
         if into is None:
-            into = {
-                "rng": rng,
-                "buffers": buffers,
-                "param_groups": groups,
-                "scheduler": sched,
-                "scaler": copy_small(r.scaler.state_dict()) if r.scaler is not None else None,
-                "data": LAZY if r.data_state else {},  # data_state(step) when assembled
-                "extra": copy_small(r.extra_state()) if r.extra_state else {},
-                "step": step,
-            }
+            into = {"rng": rng, "buffers": buffers, "param_groups": groups, "scheduler": sched,
+                    "scaler": scaler, "data": data, "extra": extra, "step": step}
         else:
             # the replaced snapshot, updated in place to what a new one would hold: a new
             # dict of eight keys, and the old one's release, cost several µs per step
@@ -338,15 +333,13 @@ class Boundary:
             # one building a new dict, benchmarks/runtime-step-cost.txt, run 11); every
             # key is set again, so that nothing written into the snapshot since
             # (Runtime.amend_snapshot) outlives its boundary
-            if into["rng"] is not rng:
-                into["rng"] = rng
-            if into["buffers"] is not buffers:
-                into["buffers"] = buffers
+            into["rng"] = rng
+            into["buffers"] = buffers
             into["param_groups"] = groups
             into["scheduler"] = sched
-            into["scaler"] = copy_small(r.scaler.state_dict()) if r.scaler is not None else None
-            into["data"] = LAZY if r.data_state else {}
-            into["extra"] = copy_small(r.extra_state()) if r.extra_state else {}
+            into["scaler"] = scaler
+            into["data"] = data
+            into["extra"] = extra
             into["step"] = step
         if self.device_events.events:  # CUDA: the work queued so far is this boundary's state
             self.device_events.mark()
